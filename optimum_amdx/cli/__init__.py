@@ -1,0 +1,1 @@
+"""The `optimum-amdx` command line and the pieces `optimum-cli amdx` reuses."""
