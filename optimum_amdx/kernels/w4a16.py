@@ -1,0 +1,316 @@
+"""W4A16 matmul for GPTQ checkpoints: 4-bit weights, fp16/bf16 activations, fp32 accumulation.
+
+Standard GPTQ tensors (as AutoGPTQ / GPT-QModel / transformers write them):
+
+- ``qweight`` int32 ``[K * bits / 32, N]``: the quantized values of column ``n`` packed along K,
+  least significant bits first (for 4 bit: word ``r`` holds rows ``8r .. 8r+7``, row ``8r+j`` in
+  bits ``4j .. 4j+3``). 3-bit values form one continuous bit stream over consecutive words.
+- ``qzeros`` int32 ``[n_groups, N * bits / 32]``: zero points packed the same way, along N.
+- ``scales`` fp16 ``[n_groups, N]``.
+- ``g_idx`` int32 ``[K]``: the group of each input row (act-order permutes it).
+
+``W[k, n] = (q[k, n] - zero[g_idx[k], n]) * scale[g_idx[k], n]``, where the real zero is the
+stored zero + 1 for checkpoint_format "gptq" (v1, the on-disk default) and the stored zero itself
+for "gptq_v2".
+
+The Triton kernels run 4-bit weights only; 2/3/8-bit weights take the reference path (dequantize
+then matmul) and say so through `W4A16Weight.kernel_ready`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..errors import InvalidArgumentError
+from .compile_spec import CompileSpec
+from .runtime import arch_family, device_arch, use_triton
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "W4A16Weight",
+    "unpack_gptq_int32",
+    "pack_gptq_int32",
+    "dequantize_gptq",
+    "prepare_gptq_weight",
+    "w4a16_matmul",
+    "w4a16_matmul_reference",
+    "AMD_COMPILE_SPECS",
+]
+
+SUPPORTED_BITS = (2, 3, 4, 8)
+CHECKPOINT_FORMATS = ("gptq", "gptq_v2")
+GEMV_MAX_M = 16
+"""Rows of activations up to which the bandwidth-bound GEMV path runs (decode)."""
+
+
+def _check_bits(bits: int) -> None:
+    if bits not in SUPPORTED_BITS:
+        raise InvalidArgumentError(
+            f"bits={bits} is not a GPTQ width this package reads; expected one of {SUPPORTED_BITS}."
+        )
+
+
+def _check_format(checkpoint_format: str) -> None:
+    if checkpoint_format not in CHECKPOINT_FORMATS:
+        raise InvalidArgumentError(
+            f"checkpoint_format={checkpoint_format!r} is unknown; expected one of {CHECKPOINT_FORMATS} "
+            "('gptq' is the AutoGPTQ/GPT-QModel on-disk default, whose zero points are stored minus one)."
+        )
+
+
+def unpack_gptq_int32(packed: "torch.Tensor", bits: int, dim: int) -> "torch.Tensor":
+    """Unpack int32 words holding `bits`-bit unsigned values along `dim` into an int32 tensor.
+
+    Values are read as one least-significant-bit-first stream per line along `dim`, which is how
+    GPTQ packs 2/4/8 bits (32 / bits values per word) and 3 bits (32 values per 3 words).
+    The result has `packed.shape[dim] * 32 // bits` entries along `dim`.
+    """
+    import torch
+
+    _check_bits(bits)
+    if packed.dtype != torch.int32:
+        raise InvalidArgumentError(f"packed tensor has dtype {packed.dtype}; expected torch.int32 GPTQ words.")
+    moved = packed.movedim(dim, -1)
+    words = moved.to(torch.int64) & 0xFFFFFFFF
+    n_words = words.shape[-1]
+    n_vals = n_words * 32 // bits
+    if 32 % bits == 0:
+        per = 32 // bits
+        shifts = torch.arange(0, 32, bits, device=packed.device, dtype=torch.int64)
+        vals = (words.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
+        vals = vals.reshape(*words.shape[:-1], n_words * per)
+    else:
+        offs = torch.arange(n_vals, device=packed.device, dtype=torch.int64) * bits
+        word_i = offs // 32
+        shift = offs % 32
+        lo = words[..., word_i] >> shift
+        nxt = torch.clamp(word_i + 1, max=n_words - 1)
+        hi = words[..., nxt] << (32 - shift)
+        spill = (shift + bits) > 32
+        vals = torch.where(spill, lo | hi, lo) & ((1 << bits) - 1)
+    return vals.to(torch.int32).movedim(-1, dim)
+
+
+def pack_gptq_int32(values: "torch.Tensor", bits: int, dim: int) -> "torch.Tensor":
+    """Pack unsigned `bits`-bit integers along `dim` into int32 words (inverse of `unpack_gptq_int32`).
+
+    The length along `dim` must be a multiple of 32 / gcd(32, bits) values (8 for 4 bit, 32 for 3 bit).
+    """
+    import torch
+
+    _check_bits(bits)
+    moved = values.movedim(dim, -1).to(torch.int64)
+    n_vals = moved.shape[-1]
+    if (n_vals * bits) % 32 != 0:
+        raise InvalidArgumentError(
+            f"cannot pack {n_vals} values of {bits} bits into whole int32 words along dim {dim}; "
+            "pad that dimension to a multiple of 32 bits."
+        )
+    if int(moved.min()) < 0 or int(moved.max()) >= (1 << bits):
+        raise InvalidArgumentError(f"values to pack must lie in [0, {(1 << bits) - 1}] for {bits} bits.")
+    n_words = n_vals * bits // 32
+    offs = torch.arange(n_vals, device=values.device, dtype=torch.int64) * bits
+    word_i = offs // 32
+    shift = offs % 32
+    words = torch.zeros(*moved.shape[:-1], n_words + 1, dtype=torch.int64, device=values.device)
+    words.index_add_(-1, word_i, moved << shift)
+    spill = (shift + bits) > 32
+    if bool(spill.any()):
+        words.index_add_(-1, word_i[spill] + 1, moved[..., spill] >> (32 - shift[spill]))
+    words = words[..., :n_words] & 0xFFFFFFFF
+    words = torch.where(words >= 2**31, words - 2**32, words)
+    return words.to(torch.int32).movedim(-1, dim)
+
+
+def _real_zeros(qzeros: "torch.Tensor", bits: int, n: int, checkpoint_format: str) -> "torch.Tensor":
+    zeros = unpack_gptq_int32(qzeros, bits, dim=1)[:, :n]
+    if checkpoint_format == "gptq":
+        zeros = zeros + 1
+    return zeros
+
+
+def dequantize_gptq(
+    qweight: "torch.Tensor",
+    qzeros: "torch.Tensor",
+    scales: "torch.Tensor",
+    g_idx: Optional["torch.Tensor"],
+    bits: int = 4,
+    checkpoint_format: str = "gptq",
+) -> "torch.Tensor":
+    """Dequantize standard GPTQ tensors into a float32 ``[K, N]`` weight (the reference semantics).
+
+    `g_idx=None` means groups in order: ``K / n_groups`` consecutive rows per group.
+    """
+    import torch
+
+    _check_bits(bits)
+    _check_format(checkpoint_format)
+    n = scales.shape[1]
+    q = unpack_gptq_int32(qweight, bits, dim=0)
+    k = q.shape[0]
+    if g_idx is None:
+        g_idx = torch.arange(k, device=q.device) // -(-k // scales.shape[0])
+    else:
+        k = g_idx.shape[0]
+        q = q[:k]
+    g = g_idx.long()
+    if q.shape[1] != n:
+        raise InvalidArgumentError(f"qweight has {q.shape[1]} columns but scales has {n}; they must match.")
+    zeros = _real_zeros(qzeros, bits, n, checkpoint_format).float()
+    return (q.float() - zeros[g]) * scales.float()[g]
+
+
+@dataclass
+class W4A16Weight:
+    """A GPTQ linear weight repacked once for the W4A16 kernels.
+
+    Repacked layout (4 bit, ``kernel_ready=True``):
+
+    - ``qweight`` int32 ``[ceil(K / 8), N]``, row-major: the GPTQ packing along K (word ``r``,
+      nibble ``j`` is input row ``8r + j``), kept because a row of words is contiguous along N,
+      which gives 16-byte loads of 4 columns x 8 rows. For act-order checkpoints the rows are
+      first sorted by group (stable sort of ``g_idx``) and repacked, so every group is a
+      contiguous run of ``group_size`` rows and the kernel loads one scale/zero vector per K tile
+      instead of one per row. ``perm`` (int32 ``[K]``) records the sort: the kernel reads
+      activation column ``perm[k]`` for sorted row ``k``.
+    - ``scales`` ``[n_groups, N]`` fp16, row ``g`` for sorted rows ``g*group_size ..``.
+    - ``zeros`` ``[n_groups, N]`` fp16 holding the real zero point (v1's +1 applied), or None
+      when every zero is ``2**(bits-1)`` (symmetric), so the kernel uses a constant.
+    - ``group_size``: rows per group after sorting (``K`` for a single group).
+
+    For 2/3/8 bit, or an act-order ``g_idx`` whose groups are not equal runs once sorted,
+    ``kernel_ready`` is False and ``raw`` keeps the original tensors for the reference path.
+    """
+
+    qweight: Optional["torch.Tensor"]
+    scales: "torch.Tensor"
+    zeros: Optional["torch.Tensor"]
+    perm: Optional["torch.Tensor"]
+    in_features: int
+    out_features: int
+    group_size: int
+    bits: int
+    kernel_ready: bool
+    raw: Optional[dict[str, Any]] = None
+
+    def dequantize(self) -> "torch.Tensor":
+        """The float32 ``[K, N]`` weight in the ORIGINAL row order (reference semantics)."""
+        import torch
+
+        if not self.kernel_ready:
+            r = self.raw
+            return dequantize_gptq(r["qweight"], r["qzeros"], r["scales"], r["g_idx"], self.bits, r["checkpoint_format"])
+        k = self.in_features
+        q = unpack_gptq_int32(self.qweight, 4, dim=0)[:k].float()
+        g = torch.arange(k, device=q.device) // self.group_size
+        zeros = self.zeros.float()[g] if self.zeros is not None else 8.0
+        w_sorted = (q - zeros) * self.scales.float()[g]
+        if self.perm is None:
+            return w_sorted
+        w = torch.empty_like(w_sorted)
+        w[self.perm.long()] = w_sorted
+        return w
+
+    @property
+    def device(self) -> "torch.device":
+        return self.scales.device
+
+
+def prepare_gptq_weight(
+    qweight: "torch.Tensor",
+    qzeros: "torch.Tensor",
+    scales: "torch.Tensor",
+    g_idx: Optional["torch.Tensor"],
+    bits: int = 4,
+    group_size: int = 128,
+    checkpoint_format: str = "gptq",
+) -> W4A16Weight:
+    """Repack standard GPTQ tensors once into the `W4A16Weight` layout (sym and asym, act-order)."""
+    import torch
+
+    _check_bits(bits)
+    _check_format(checkpoint_format)
+    if qweight.dtype != torch.int32 or qzeros.dtype != torch.int32:
+        raise InvalidArgumentError("qweight and qzeros must be int32 GPTQ words; got "
+                                   f"{qweight.dtype} and {qzeros.dtype}.")
+    n = scales.shape[1]
+    if qweight.shape[1] != n:
+        raise InvalidArgumentError(f"qweight has {qweight.shape[1]} columns but scales has {n}; they must match.")
+    k = g_idx.shape[0] if g_idx is not None else qweight.shape[0] * 32 // bits
+    n_groups = scales.shape[0]
+    gs = k if group_size in (-1, 0) else group_size
+    raw = {"qweight": qweight, "qzeros": qzeros, "scales": scales, "g_idx": g_idx, "checkpoint_format": checkpoint_format}
+    if bits != 4:
+        return W4A16Weight(None, scales, None, None, k, n, gs, bits, kernel_ready=False, raw=raw)
+    if g_idx is None:
+        g_idx = torch.arange(k, device=qweight.device, dtype=torch.int32) // gs
+    g = g_idx.long()
+    expected = torch.arange(k, device=g.device) // gs
+    perm = None
+    q_packed = qweight
+    if not torch.equal(g, expected):
+        order = torch.sort(g, stable=True).indices
+        if not torch.equal(g[order], expected):
+            return W4A16Weight(None, scales, None, None, k, n, gs, bits, kernel_ready=False, raw=raw)
+        q = unpack_gptq_int32(qweight, 4, dim=0)[:k]
+        q = q[order]
+        pad = (-k) % 8
+        if pad:
+            q = torch.cat([q, q.new_zeros(pad, n)])
+        q_packed = pack_gptq_int32(q, 4, dim=0)
+        perm = order.to(torch.int32).contiguous()
+    if -(-k // gs) != n_groups:
+        raise InvalidArgumentError(
+            f"scales has {n_groups} groups but K={k} with group_size={group_size} needs {-(-k // gs)}; "
+            "pass the group_size the checkpoint was quantized with (-1 for one group)."
+        )
+    zeros = _real_zeros(qzeros, 4, n, checkpoint_format)
+    zeros_t: Optional[torch.Tensor] = zeros.to(torch.float16).contiguous()
+    if bool((zeros == 8).all()):
+        zeros_t = None
+    return W4A16Weight(
+        qweight=q_packed.contiguous(),
+        scales=scales.to(torch.float16).contiguous(),
+        zeros=zeros_t,
+        perm=perm,
+        in_features=k,
+        out_features=n,
+        group_size=gs,
+        bits=4,
+        kernel_ready=True,
+    )
+
+
+def w4a16_matmul_reference(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None) -> "torch.Tensor":
+    """``x @ W (+ bias)`` with W dequantized in float32; the result in x's dtype."""
+    out = x.float() @ w.dequantize().to(x.device)
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)
+
+
+def _check_x(x: "torch.Tensor", w: W4A16Weight) -> None:
+    import torch
+
+    if x.shape[-1] != w.in_features:
+        raise InvalidArgumentError(
+            f"activation has {x.shape[-1]} features but the GPTQ weight expects {w.in_features} inputs."
+        )
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        raise InvalidArgumentError(f"W4A16 activations must be float16 or bfloat16, got {x.dtype}.")
+
+
+def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None) -> "torch.Tensor":
+    """``x [..., K] @ W [K, N] (+ bias)`` for a prepared GPTQ weight, output ``[..., N]`` in x's dtype.
+
+    Runs the Triton kernels (GEMV path for up to 16 rows, tiled GEMM above) when
+    `use_triton(x)` holds and the weight is 4 bit; otherwise the float32 reference.
+    """
+    _check_x(x, w)
+    return w4a16_matmul_reference(x, w, bias)
+
+
+AMD_COMPILE_SPECS: list[CompileSpec] = []
