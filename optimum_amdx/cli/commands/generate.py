@@ -1,0 +1,83 @@
+"""`optimum-amdx generate`: complete a prompt with a causal LM (PyTorch), greedy unless sampling is asked for."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+NAME = "generate"
+HELP = "Generate a completion for a prompt with a causal LM (PyTorch path; 'default' = bundled SmolLM2-135M)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt", help="The text to complete.")
+    parser.add_argument("--model", default="default", help="Hub id, local folder, or 'default' (bundled SmolLM2-135M).")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--do-sample", action="store_true", help="Sample instead of greedy decoding.")
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--repetition-penalty", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0, help="Random seed for sampling.")
+    parser.add_argument("--chat", action="store_true", help="Wrap the prompt in the model's chat template.")
+    parser.add_argument("--dtype", default="auto", help="auto (fp16 on GPU, fp32 on CPU), fp16, bf16 or fp32.")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: the GPU if one is visible).")
+    parser.add_argument("--engine", choices=("auto", "amdx", "transformers"), default="auto",
+                        help="amdx: our paged-attention runtime (AMDModelForCausalLM); transformers: plain generate(); "
+                             "auto: amdx on a GPU, transformers on the CPU.")
+    parser.add_argument("--allow-pickle", action="store_true", help="Allow loading .bin/.pt weights (runs pickle).")
+    parser.add_argument("--trust-remote-code", action="store_true")
+
+
+def _sampling_kwargs(args: argparse.Namespace) -> dict:
+    kwargs = {"max_new_tokens": args.max_new_tokens, "do_sample": args.do_sample}
+    for name in ("temperature", "top_k", "top_p", "repetition_penalty"):
+        value = getattr(args, name)
+        if value is not None:
+            kwargs[name] = value
+    return kwargs
+
+
+def _load(args: argparse.Namespace, device: str):
+    """The model to generate with: ours (AMDModelForCausalLM) or plain transformers."""
+    from ...models import load_causal_lm
+
+    engine = args.engine
+    if engine == "auto":
+        engine = "amdx" if device.startswith("cuda") else "transformers"
+    if engine == "amdx":
+        from ...modeling import AMDModelForCausalLM
+
+        return AMDModelForCausalLM.from_pretrained(args.model, dtype=args.dtype, device=device), engine
+    model = load_causal_lm(args.model, dtype=args.dtype, device=device, allow_pickle=args.allow_pickle,
+                           trust_remote_code=args.trust_remote_code)
+    return model, engine
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import TextStreamer
+
+    from ...errors import InvalidArgumentError
+    from ...models import default_device, load_tokenizer
+
+    if args.max_new_tokens < 1:
+        raise InvalidArgumentError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}.")
+    device = args.device or default_device()
+    torch.manual_seed(args.seed)
+    tokenizer = load_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
+    model, engine = _load(args, device)
+    text = args.prompt
+    if args.chat:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+    inputs = tokenizer(text, return_tensors="pt").to(device)
+    streamer = TextStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True)
+    start = time.perf_counter()
+    output = model.generate(**inputs, streamer=streamer, pad_token_id=tokenizer.pad_token_id, **_sampling_kwargs(args))
+    elapsed = time.perf_counter() - start
+    new_tokens = int(output.shape[-1] - inputs["input_ids"].shape[-1])
+    print(f"[{new_tokens} tokens in {elapsed:.2f} s, {new_tokens / elapsed:.1f} tokens/s, engine={engine}, "
+          f"device={device}]", file=sys.stderr)
+    return 0
