@@ -1,0 +1,96 @@
+"""Choosing the next token: greedy, temperature, top-k, top-p and repetition penalty.
+
+The order of operations follows transformers' generate (repetition penalty, then temperature,
+top-k, top-p), so greedy output matches it token for token. Rows of one batch may carry different
+parameters; the all-greedy batch takes a single argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from ..errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request is decoded. `stop_token_ids` end a sequence (the stop token is kept in the output)."""
+
+    max_new_tokens: int = 20
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise InvalidArgumentError(f"max_new_tokens={self.max_new_tokens}: expected at least 1.")
+        if self.do_sample and self.temperature <= 0:
+            raise InvalidArgumentError(
+                f"temperature={self.temperature}: sampling needs a positive temperature (or do_sample=False)."
+            )
+        if self.top_k < 0:
+            raise InvalidArgumentError(f"top_k={self.top_k}: expected 0 (off) or a positive count.")
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidArgumentError(f"top_p={self.top_p}: expected a value in (0, 1].")
+        if self.repetition_penalty <= 0:
+            raise InvalidArgumentError(f"repetition_penalty={self.repetition_penalty}: expected a positive value.")
+
+    @property
+    def greedy(self) -> bool:
+        return not self.do_sample
+
+
+def _apply_repetition_penalty(logits: torch.Tensor, rows: list[int], penalties: list[float],
+                              histories: Sequence[Sequence[int]]) -> None:
+    for row, penalty in zip(rows, penalties):
+        seen = torch.tensor(sorted(set(histories[row])), device=logits.device, dtype=torch.long)
+        if seen.numel() == 0:
+            continue
+        score = logits[row].index_select(0, seen)
+        score = torch.where(score < 0, score * penalty, score / penalty)
+        logits[row].index_copy_(0, seen, score)
+
+
+def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask (to -inf) tokens outside each row's top-k and nucleus top-p. top_k 0 = off."""
+    vocab = logits.shape[-1]
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    rank = torch.arange(vocab, device=logits.device)[None, :]
+    k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab)).clamp(max=vocab)
+    remove = rank >= k[:, None]
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs
+    remove = remove | ((before > top_p[:, None]) & (rank > 0))
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+
+
+def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
+                histories: Sequence[Sequence[int]], generator: torch.Generator | None = None) -> list[int]:
+    """The next token of each row. logits [rows, vocab]; histories: prompt + generated ids per row."""
+    if all(p.greedy and p.repetition_penalty == 1.0 for p in params):
+        return logits.argmax(dim=-1).tolist()
+    logits = logits.float().clone()
+    pen_rows = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
+    if pen_rows:
+        _apply_repetition_penalty(logits, pen_rows, [params[i].repetition_penalty for i in pen_rows], histories)
+    out = logits.argmax(dim=-1)
+    sample_rows = [i for i, p in enumerate(params) if p.do_sample]
+    if sample_rows:
+        idx = torch.tensor(sample_rows, device=logits.device)
+        sub = logits.index_select(0, idx)
+        temps = torch.tensor([params[i].temperature for i in sample_rows], device=logits.device)
+        sub = sub / temps[:, None]
+        top_k = torch.tensor([params[i].top_k for i in sample_rows], device=logits.device)
+        top_p = torch.tensor([params[i].top_p for i in sample_rows], device=logits.device, dtype=torch.float32)
+        sub = _filter_top_k_top_p(sub, top_k, top_p)
+        picked = torch.multinomial(sub.softmax(dim=-1), 1, generator=generator).squeeze(1)
+        out = out.index_copy(0, idx, picked)
+    return out.tolist()
