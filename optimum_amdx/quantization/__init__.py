@@ -1,0 +1,40 @@
+"""GPTQ for AMD GPUs: calibration data, the GPTQ and RTN algorithms, packing, the standard
+checkpoint format, `QuantLinear` (runs on the W4A16 kernel) and perplexity evaluation.
+
+Names load lazily so importing this package does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY: dict[str, str] = {
+    "GPTQConfig": "optimum_amdx.quantization.config",
+    "GPTQQuantizer": "optimum_amdx.quantization.quantizer",
+    "QuantLinear": "optimum_amdx.quantization.quant_linear",
+    "load_gptq_model": "optimum_amdx.quantization.checkpoint",
+    "save_quantized": "optimum_amdx.quantization.checkpoint",
+    "is_gptq_checkpoint": "optimum_amdx.quantization.checkpoint",
+    "get_calibration_data": "optimum_amdx.quantization.calibration",
+    "load_text_dataset": "optimum_amdx.quantization.calibration",
+    "perplexity": "optimum_amdx.quantization.perplexity",
+    "gptq_quantize": "optimum_amdx.quantization.gptq",
+    "rtn_quantize": "optimum_amdx.quantization.gptq",
+    "pack_gptq": "optimum_amdx.quantization.packing",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'optimum_amdx.quantization' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,186 @@
+"""The standard GPTQ checkpoint on disk: saving what we quantized, loading any GPTQ folder.
+
+A checkpoint is a transformers model folder whose config.json carries `quantization_config`
+(quant_method "gptq", bits, group_size, desc_act, sym, checkpoint_format) and whose safetensors
+files hold, for every quantized linear `<name>`, the tensors `<name>.qweight/.qzeros/.scales/.g_idx`
+(and `.bias` when it has one), possibly sharded with a `model.safetensors.index.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import InvalidArgumentError, ModelNotFoundError
+from ..io import atomic_output_dir
+from .config import GPTQConfig
+from .model_utils import set_submodule
+from .quant_linear import QuantLinear
+
+WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+
+
+def _deduplicated_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """state_dict without tied duplicates (lm_head tied to the embeddings is stored once)."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, int, tuple[int, ...]]] = set()
+    for key, tensor in model.state_dict().items():
+        ident = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if ident in seen and tensor.numel() > 0:
+            continue
+        seen.add(ident)
+        out[key] = tensor.detach().to("cpu").contiguous()
+    return out
+
+
+def save_quantized(
+    model: torch.nn.Module,
+    save_dir: str | os.PathLike,
+    tokenizer: Any = None,
+    max_shard_size: str | int = "5GB",
+    overwrite: bool = False,
+) -> Path:
+    """Write a quantized model as a standard GPTQ folder, atomically; return the folder."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+
+    qc = getattr(model.config, "quantization_config", None)
+    if not isinstance(qc, dict) or qc.get("quant_method") != "gptq":
+        raise InvalidArgumentError(
+            "This model has no GPTQ quantization_config; quantize it first with GPTQQuantizer(...).quantize(model, ...)."
+        )
+    state = _deduplicated_state_dict(model)
+    split = split_torch_state_dict_into_shards(state, filename_pattern="model{suffix}.safetensors", max_shard_size=max_shard_size)
+    with atomic_output_dir(save_dir, overwrite) as tmp:
+        for filename, keys in split.filename_to_tensors.items():
+            save_file({k: state[k] for k in keys}, str(tmp / filename), metadata={"format": "pt"})
+        if split.is_sharded:
+            index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in state.values())},
+                     "weight_map": split.tensor_to_filename}
+            (tmp / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True))
+        model.config.save_pretrained(tmp)
+        generation_config = getattr(model, "generation_config", None)
+        if generation_config is not None:
+            generation_config.save_pretrained(tmp)
+        (tmp / "quantize_config.json").write_text(json.dumps(qc, indent=2))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+    return Path(save_dir).expanduser().resolve()
+
+
+def _weight_files(path: Path) -> list[Path]:
+    index = path / INDEX_NAME
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return [path / f for f in sorted(set(weight_map.values()))]
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelNotFoundError(f"{path} has no .safetensors weights; a GPTQ folder needs model.safetensors (or shards).")
+    return files
+
+
+def read_gptq_config(config: Any) -> GPTQConfig:
+    """The GPTQConfig of a transformers config carrying a GPTQ quantization_config."""
+    qc = getattr(config, "quantization_config", None)
+    if qc is None:
+        raise InvalidArgumentError("config.json has no quantization_config; this is not a GPTQ checkpoint.")
+    if not isinstance(qc, dict):
+        qc = qc.to_dict()
+    return GPTQConfig.from_quantization_config(qc)
+
+
+def is_gptq_checkpoint(path: str | os.PathLike) -> bool:
+    """True when the folder's config.json declares quant_method "gptq"."""
+    cfg_file = Path(path) / "config.json"
+    if not cfg_file.is_file():
+        return False
+    qc = json.loads(cfg_file.read_text()).get("quantization_config") or {}
+    return str(qc.get("quant_method", "")).lower() == "gptq"
+
+
+def load_gptq_model(path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float16):
+    """A transformers causal LM from a GPTQ folder (ours, GPT-QModel's or AutoGPTQ's), with `QuantLinear`
+    in place of each quantized linear, weights from safetensors, in eval mode on `device`.
+
+    The model skeleton is allocated without running weight initialization, then every tensor of the
+    checkpoint is loaded; any model tensor the checkpoint lacks (other than tied embeddings) is an error.
+    """
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    from ..models import resolve_model
+
+    folder = resolve_model(path)
+    config = AutoConfig.from_pretrained(folder)
+    gcfg = read_gptq_config(config)
+    files = _weight_files(folder)
+    keys: dict[str, Path] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as handle:
+            for k in handle.keys():
+                keys[k] = f
+    quantized = sorted({k[: -len(".qweight")] for k in keys if k.endswith(".qweight")})
+    if not quantized:
+        raise InvalidArgumentError(f"{folder} declares GPTQ but its safetensors hold no '*.qweight' tensors.")
+
+    qc_saved = config.quantization_config
+    del config.quantization_config
+    with no_init_weights(), torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    config.quantization_config = qc_saved
+    model.config.quantization_config = qc_saved if isinstance(qc_saved, dict) else qc_saved.to_dict()
+
+    for name in quantized:
+        try:
+            linear = model.get_submodule(name)
+        except AttributeError as err:
+            raise InvalidArgumentError(f"The checkpoint quantizes {name!r}, which {type(model).__name__} does not have.") from err
+        if not isinstance(linear, torch.nn.Linear):
+            raise InvalidArgumentError(f"The checkpoint quantizes {name!r}, which is a {type(linear).__name__}, not a Linear.")
+        set_submodule(model, name, QuantLinear(
+            linear.in_features, linear.out_features, linear.bias is not None, gcfg.bits, gcfg.group_size,
+            gcfg.checkpoint_format, dtype, "meta",
+        ))
+
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt", device="cpu") as handle:
+            for k in handle.keys():
+                t = handle.get_tensor(k)
+                state[k] = t.to(dtype) if t.is_floating_point() and not k.endswith(".scales") else t
+    for name in quantized:
+        state.setdefault(f"{name}.g_idx", _default_g_idx(model.get_submodule(name)))
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
+    missing = [k for k in missing if k not in tied]
+    if missing:
+        raise InvalidArgumentError(f"{folder} is missing tensors the model needs: {missing[:5]}{'...' if len(missing) > 5 else ''}")
+    if unexpected:
+        raise InvalidArgumentError(f"{folder} holds tensors {type(model).__name__} has no place for: {unexpected[:5]}")
+    model.tie_weights()
+    _materialize_buffers(model, config)
+    return model.to(device).eval()
+
+
+def _default_g_idx(layer: QuantLinear) -> torch.Tensor:
+    gs = layer.in_features if layer.group_size == -1 else layer.group_size
+    return (torch.arange(layer.in_features, dtype=torch.int32) // gs).to(torch.int32)
+
+
+def _materialize_buffers(model: torch.nn.Module, config: Any) -> None:
+    """Rebuild non-persistent buffers (rotary inv_freq) left on the meta device by the skeleton."""
+    for name, module in list(model.named_modules()):
+        if any(b is not None and b.is_meta for b in module.buffers(recurse=False)):
+            if "rotary" in type(module).__name__.lower():
+                cfg = getattr(module, "config", config)
+                set_submodule(model, name, type(module)(config=cfg, device="cpu"))
+            else:
+                raise InvalidArgumentError(
+                    f"Cannot rebuild buffers of {name} ({type(module).__name__}) when loading a GPTQ model."
+                )
