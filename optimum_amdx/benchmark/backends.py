@@ -1,0 +1,337 @@
+"""The runtimes a benchmark can measure, behind one small interface.
+
+A backend turns a model source (a named random-weight shape or a local/bundled checkpoint) into a
+`Runner`: a `generate(input_ids, attention_mask, new_tokens, streamer)` callable plus the facts the
+roofline needs (weight bytes, KV element size). Backends whose code or runtime is missing report
+themselves unavailable with the reason, so a benchmark of "whatever exists" still runs; naming a
+missing backend explicitly is an error (see `harness`).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import importlib.util
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import InvalidArgumentError, UnsupportedModelError
+
+QUANTIZATIONS = ("none", "gptq-4bit")
+
+
+@dataclass
+class ModelSource:
+    """What to benchmark: a named shape with seeded random weights, or a checkpoint folder."""
+
+    name: str
+    kind: str
+    config: Any
+    path: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.kind, "path": str(self.path) if self.path else None,
+                "model_type": getattr(self.config, "model_type", None)}
+
+
+def resolve_source(name: str) -> ModelSource:
+    """A named shape (`optimum_amdx.models.shapes.SHAPES`), else anything `resolve_model` accepts."""
+    from ..models import resolve_model
+    from ..models.shapes import SHAPES, shape_config
+
+    if name.strip().lower() in SHAPES:
+        return ModelSource(name=name, kind="shape", config=shape_config(name))
+    from transformers import AutoConfig
+
+    path = resolve_model(name)
+    return ModelSource(name=name, kind="pretrained", config=AutoConfig.from_pretrained(path), path=Path(path))
+
+
+@dataclass
+class Runner:
+    """A loaded model ready to generate, and the byte counts its roofline needs."""
+
+    generate: Callable[..., Any]
+    weight_bytes: float
+    embedding_bytes: float
+    tied_embeddings: bool
+    kv_element_bytes: float
+    non_embedding_params: float
+    is_compiled: Callable[[], bool] = lambda: False
+    notes: list[str] = field(default_factory=list)
+    cleanup: Callable[[], None] = lambda: None
+
+    def close(self) -> None:
+        """Release the model and its device memory."""
+        self.cleanup()
+        self.generate = None  # type: ignore[assignment]
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:
+            pass
+
+
+def _tensor_bytes(module: Any) -> tuple[float, float, bool, float]:
+    """(all weight bytes, input-embedding bytes, tied?, non-embedding parameter count) of a torch model."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in list(module.parameters()) + list(module.buffers()):
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        total += tensor.numel() * tensor.element_size()
+    emb = module.get_input_embeddings().weight
+    out = module.get_output_embeddings()
+    tied = out is not None and getattr(out, "weight", None) is not None and out.weight.data_ptr() == emb.data_ptr()
+    emb_bytes = emb.numel() * emb.element_size()
+    return float(total), float(emb_bytes), tied, float(_non_embedding_params(module))
+
+
+def _non_embedding_params(module: Any) -> int:
+    """Parameters that take part in every token's matmuls (the input embedding gather does not)."""
+    emb = module.get_input_embeddings().weight
+    count = 0
+    seen: set[int] = set()
+    for p in module.parameters():
+        if p.data_ptr() in seen or p.data_ptr() == emb.data_ptr():
+            continue
+        seen.add(p.data_ptr())
+        count += p.numel()
+    out = module.get_output_embeddings()
+    if out is not None and getattr(out, "weight", None) is not None and out.weight.data_ptr() == emb.data_ptr():
+        count += emb.numel()
+    return count
+
+
+def build_torch_model(source: ModelSource, dtype: Any, device: str, seed: int) -> Any:
+    """The transformers model of `source` in eval mode on `device`; shapes get seeded random weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ..models import load_causal_lm
+
+    if source.kind == "shape":
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(source.config, dtype=dtype)
+    else:
+        model = load_causal_lm(source.path, dtype=dtype, device=device)
+    model.eval()
+    if model.generation_config.pad_token_id is None:
+        eos = model.generation_config.eos_token_id
+        model.generation_config.pad_token_id = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
+    return model
+
+
+def apply_quantization(model: Any, quantization: str, device: str) -> tuple[Any, list[str]]:
+    """Replace the linear layers by 4-bit GPTQ-format ones when asked (RTN weights: for speed, not quality)."""
+    if quantization == "none":
+        return model, []
+    if quantization != "gptq-4bit":
+        raise InvalidArgumentError(f"Unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}.")
+    quant = importlib.import_module("optimum_amdx.quantization")
+    quantize_rtn = getattr(quant, "quantize_model_rtn", None)
+    if quantize_rtn is None:
+        raise UnsupportedModelError(
+            "gptq-4bit benchmarking needs optimum_amdx.quantization.quantize_model_rtn, which this install lacks."
+        )
+    model = quantize_rtn(model, bits=4, group_size=128)
+    return model, ["gptq-4bit weights are round-to-nearest (random model): speed only, not accuracy"]
+
+
+def _runner_from_torch(model: Any, generate: Callable[..., Any], notes: list[str]) -> Runner:
+    total, emb, tied, non_emb = _tensor_bytes(model)
+    kv_bytes = float(next(p for p in model.parameters() if p.is_floating_point()).element_size())
+
+    def cleanup() -> None:
+        nonlocal model
+        model = None
+
+    return Runner(
+        generate=generate,
+        weight_bytes=total,
+        embedding_bytes=emb,
+        tied_embeddings=tied,
+        kv_element_bytes=kv_bytes,
+        non_embedding_params=non_emb,
+        is_compiled=lambda: model is not None and getattr(model, "_compiled_call", None) is not None,
+        notes=notes,
+        cleanup=cleanup,
+    )
+
+
+class Backend:
+    """Base class: a name, a one-line summary, an availability check and a loader."""
+
+    name = ""
+    summary = ""
+
+    def availability(self, device: str) -> tuple[bool, str]:
+        """(available, reason) on `device`."""
+        return True, ""
+
+    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int) -> Runner:
+        raise NotImplementedError
+
+
+class TransformersBackend(Backend):
+    """transformers `generate()` with the dynamic (eager) KV cache."""
+
+    name = "transformers"
+    summary = "transformers eager, dynamic KV cache"
+    cache_implementation: str | None = None
+
+    def _generate_kwargs(self) -> dict[str, Any]:
+        return {} if self.cache_implementation is None else {"cache_implementation": self.cache_implementation}
+
+    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int) -> Runner:
+        model = build_torch_model(source, dtype, device, seed)
+        model, notes = apply_quantization(model, quantization, device)
+        extra = self._generate_kwargs()
+        if self.cache_implementation == "static" and not device.startswith("cuda"):
+            notes.append("transformers compiles static-cache decoding on GPUs only: on the CPU this runs uncompiled")
+
+        def generate(input_ids: Any, attention_mask: Any, new_tokens: int, streamer: Any) -> Any:
+            import torch
+
+            with torch.inference_mode():
+                return model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    do_sample=False,
+                    streamer=streamer,
+                    **extra,
+                )
+
+        return _runner_from_torch(model, generate, notes)
+
+
+class TransformersCompileBackend(TransformersBackend):
+    """transformers `generate()` with a static KV cache, which auto-compiles the decode step on GPUs."""
+
+    name = "transformers-compile"
+    summary = "transformers static KV cache + torch.compile"
+    cache_implementation = "static"
+
+
+class RocmBackend(Backend):
+    """optimum-amdx's own runtime: `AMDModelForCausalLM` (AMD kernels, paged cache, graph-captured decode)."""
+
+    name = "rocm"
+    summary = "optimum-amdx AMDModelForCausalLM"
+
+    def availability(self, device: str) -> tuple[bool, str]:
+        if importlib.util.find_spec("optimum_amdx.modeling") is None:
+            return False, "optimum_amdx.modeling is not installed"
+        try:
+            module = importlib.import_module("optimum_amdx.modeling")
+        except ImportError as err:
+            return False, f"optimum_amdx.modeling failed to import: {err}"
+        if not hasattr(module, "AMDModelForCausalLM"):
+            return False, "optimum_amdx.modeling has no AMDModelForCausalLM yet"
+        return True, ""
+
+    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int) -> Runner:
+        from ..modeling import AMDModelForCausalLM
+
+        model = build_torch_model(source, dtype, device, seed)
+        model, notes = apply_quantization(model, quantization, device)
+        amd = AMDModelForCausalLM.from_model(model) if hasattr(AMDModelForCausalLM, "from_model") else None
+        if amd is None:
+            raise UnsupportedModelError("AMDModelForCausalLM cannot wrap an already-built model (no from_model()).")
+
+        def generate(input_ids: Any, attention_mask: Any, new_tokens: int, streamer: Any) -> Any:
+            import torch
+
+            with torch.inference_mode():
+                return amd.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                    max_new_tokens=new_tokens, streamer=streamer)
+
+        return _runner_from_torch(model, generate, notes)
+
+
+class OrtBackend(Backend):
+    """ONNX Runtime through `optimum_amdx.onnxruntime.ORTModelForCausalLM` (exported on the fly)."""
+
+    name = "ort"
+    summary = "ONNX Runtime ORTModelForCausalLM (export on the fly)"
+
+    def availability(self, device: str) -> tuple[bool, str]:
+        if importlib.util.find_spec("onnxruntime") is None:
+            return False, "onnxruntime is not installed (pip install 'optimum-amdx[onnx]')"
+        try:
+            module = importlib.import_module("optimum_amdx.onnxruntime")
+        except ImportError as err:
+            return False, f"optimum_amdx.onnxruntime failed to import: {err}"
+        if not hasattr(module, "ORTModelForCausalLM"):
+            return False, "optimum_amdx.onnxruntime has no ORTModelForCausalLM yet"
+        return True, ""
+
+    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int) -> Runner:
+        import torch
+
+        from ..onnxruntime import ORTModelForCausalLM
+
+        if quantization != "none":
+            raise UnsupportedModelError("The ort backend benchmarks unquantized exports only; use --quantization none.")
+        tmp = Path(tempfile.mkdtemp(prefix="amdx-bench-ort-"))
+        notes: list[str] = []
+        try:
+            if source.kind == "shape":
+                cpu_model = build_torch_model(source, torch.float32, "cpu", seed)
+                cpu_model.save_pretrained(tmp / "model")
+                model_dir = tmp / "model"
+                del cpu_model
+            else:
+                model_dir = source.path
+            ort_model = ORTModelForCausalLM.from_pretrained(model_dir, export=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        providers = getattr(ort_model, "providers", None)
+        if providers:
+            notes.append(f"ONNX Runtime providers in use: {', '.join(providers)}")
+        total, emb, tied, non_emb = _fp32_geometry_bytes(source)
+
+        def generate(input_ids: Any, attention_mask: Any, new_tokens: int, streamer: Any) -> Any:
+            return ort_model.generate(input_ids=input_ids.cpu(), attention_mask=attention_mask.cpu(),
+                                      max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                      do_sample=False, streamer=streamer)
+
+        return Runner(generate=generate, weight_bytes=total, embedding_bytes=emb, tied_embeddings=tied,
+                      kv_element_bytes=4.0, non_embedding_params=non_emb, notes=notes,
+                      cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True))
+
+
+def _fp32_geometry_bytes(source: ModelSource) -> tuple[float, float, bool, float]:
+    """fp32 byte counts from a shape's parameter count (the ONNX weights are fp32)."""
+    from ..models.shapes import parameter_count
+
+    cfg = source.config
+    params = parameter_count(cfg)
+    emb = cfg.vocab_size * cfg.hidden_size
+    tied = bool(getattr(cfg, "tie_word_embeddings", False))
+    non_emb = params - emb + (emb if tied else 0)
+    return 4.0 * params, 4.0 * emb, tied, float(non_emb)
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b for b in (TransformersBackend(), TransformersCompileBackend(), RocmBackend(), OrtBackend())
+}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called `name`, or a clear error listing the known ones."""
+    key = name.strip().lower()
+    if key not in BACKENDS:
+        raise InvalidArgumentError(f"Unknown backend {name!r}; choose from {', '.join(BACKENDS)}.")
+    return BACKENDS[key]

@@ -1,0 +1,119 @@
+"""`optimum-amdx benchmark`: TTFT, TPOT, decode throughput and memory against the roofline, with plots."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import re
+import sys
+
+NAME = "benchmark"
+HELP = "Measure prefill latency, decode latency, decode throughput and memory of backends, against the roofline."
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 1,8,32, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _words(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="default",
+                        help="hub id, local folder, 'default' (bundled SmolLM2-135M) or a named shape with random "
+                             "weights (llama-2-7b, llama-3-8b, mistral-7b, qwen2-7b, llama-1b, tiny-llama, ...)")
+    parser.add_argument("--backends", type=_words, default=None,
+                        help="comma list of transformers, transformers-compile, rocm, ort "
+                             "(default: those available; on a CPU just transformers)")
+    parser.add_argument("--dtypes", type=_words, default=["auto"],
+                        help="comma list of auto, fp16, bf16, fp32 (auto: fp16 on GPU, fp32 on CPU)")
+    parser.add_argument("--quantization", type=_words, default=["none"], help="comma list of none, gptq-4bit")
+    parser.add_argument("--batch-sizes", type=_ints, default=None, help="default: 1 on CPU, 1,8,32 on GPU")
+    parser.add_argument("--prompt-lengths", type=_ints, default=None, help="prompt tokens (default: 32 CPU, 128 GPU)")
+    parser.add_argument("--new-tokens", type=_ints, default=None, help="generated tokens, >= 2 (default: 16 CPU, 64 GPU)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed runs per point (default: 1 CPU, 2 GPU)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed runs per point (default: 3 CPU, 5 GPU)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of random weights and prompts")
+    parser.add_argument("--device", default=None, help="cpu or cuda[:N] (ROCm GPUs are cuda in PyTorch); default: GPU if any")
+    parser.add_argument("--gpu", default=None,
+                        help="GPU profile for the roofline (mi300x, mi250, h200, ...), default: detected")
+    parser.add_argument("--measure-ceilings", action="store_true",
+                        help="measure copy bandwidth and matmul rate first and use them for the roofline")
+    parser.add_argument("--tunable-op", action="store_true",
+                        help="enable PyTorch TunableOp; tunings are kept per GPU arch and reused")
+    parser.add_argument("--tunable-op-dir", default=None,
+                        help="folder of tunableop_results_<arch>.csv (default: <cache>/tunableop)")
+    parser.add_argument("-o", "--output-dir", default=None,
+                        help="where results.json, table.txt and the PNGs go (default: benchmark-results/<model>-<time>)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
+    parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
+                        help="compare two results.json files and print before/after deltas (runs nothing)")
+
+
+def _default_output(model: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", model).strip("-") or "model"
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"benchmark-results/{slug}-{stamp}"
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from ...benchmark.report import compare, format_compare
+    from ...benchmark.schema import load
+
+    result = compare(load(args.compare[0]), load(args.compare[1]))
+    print(json.dumps(result, indent=2) if args.json else format_compare(result))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.compare:
+        return _run_compare(args)
+    from ...benchmark.harness import BenchmarkSpec, run_benchmark
+    from ...benchmark.plots import write_plots
+    from ...benchmark.report import format_results
+    from ...benchmark.schema import dump
+    from ...io import atomic_output_dir, check_output_dir
+
+    out_path = args.output_dir or _default_output(args.model)
+    check_output_dir(out_path, args.overwrite)
+    spec = BenchmarkSpec(
+        model=args.model, backends=args.backends, dtypes=args.dtypes, quantizations=args.quantization,
+        batch_sizes=args.batch_sizes, prompt_lengths=args.prompt_lengths, new_tokens=args.new_tokens,
+        warmup=args.warmup, repeats=args.repeats, seed=args.seed, device=args.device, gpu=args.gpu,
+        measure_ceilings=args.measure_ceilings, tunable_op=args.tunable_op, tunable_op_dir=args.tunable_op_dir,
+    )
+    _quiet_transformers()
+    doc = run_benchmark(spec, log=lambda line: print(line, file=sys.stderr, flush=True))
+    table = format_results(doc)
+    with atomic_output_dir(out_path, args.overwrite) as tmp:
+        dump(doc, tmp / "results.json")
+        (tmp / "table.txt").write_text(table + "\n", encoding="utf-8")
+        plots = [] if args.no_plots else write_plots(doc, tmp)
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(table)
+    ok = sum(r["status"] == "ok" for r in doc["results"])
+    names = ", ".join(["results.json", "table.txt"] + [p.name for p in plots])
+    print(f"{ok}/{len(doc['results'])} points measured; wrote {names} to {out_path}", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def _quiet_transformers() -> None:
+    """Generation warnings (pad token, static cache notices) would bury the table."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
