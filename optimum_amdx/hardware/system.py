@@ -47,6 +47,9 @@ def tunableop_state(environ: dict[str, str] | None = None) -> dict:
     try:
         import torch
 
+        if not (torch.version.hip or torch.version.cuda):
+            state.update(available=False, reason="this PyTorch build has no GPU backend")
+            return state
         tunable = torch.cuda.tunable
         state.update(
             available=True,
