@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import InvalidArgumentError
-from .compile_spec import CompileSpec
-from .runtime import arch_family, device_arch, use_triton
+from .runtime import use_triton
 
 if TYPE_CHECKING:
     import torch
@@ -37,7 +36,6 @@ __all__ = [
     "prepare_gptq_weight",
     "w4a16_matmul",
     "w4a16_matmul_reference",
-    "AMD_COMPILE_SPECS",
 ]
 
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -181,8 +179,8 @@ class W4A16Weight:
       when every zero is ``2**(bits-1)`` (symmetric), so the kernel uses a constant.
     - ``group_size``: rows per group after sorting (``K`` for a single group).
 
-    For 2/3/8 bit, or an act-order ``g_idx`` whose groups are not equal runs once sorted,
-    ``kernel_ready`` is False and ``raw`` keeps the original tensors for the reference path.
+    For 2/3/8 bit, a group size that is not a multiple of 16, or an act-order ``g_idx`` whose
+    groups are not equal runs once sorted, ``kernel_ready`` is False and ``raw`` keeps the original tensors for the reference path.
     """
 
     qweight: Optional["torch.Tensor"]
@@ -243,7 +241,7 @@ def prepare_gptq_weight(
     n_groups = scales.shape[0]
     gs = k if group_size in (-1, 0) else group_size
     raw = {"qweight": qweight, "qzeros": qzeros, "scales": scales, "g_idx": g_idx, "checkpoint_format": checkpoint_format}
-    if bits != 4:
+    if bits != 4 or (gs < k and gs % 16 != 0):
         return W4A16Weight(None, scales, None, None, k, n, gs, bits, kernel_ready=False, raw=raw)
     if g_idx is None:
         g_idx = torch.arange(k, device=qweight.device, dtype=torch.int32) // gs
@@ -310,7 +308,10 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
     `use_triton(x)` holds and the weight is 4 bit; otherwise the float32 reference.
     """
     _check_x(x, w)
-    return w4a16_matmul_reference(x, w, bias)
+    if not (w.kernel_ready and use_triton(x, w.qweight)):
+        return w4a16_matmul_reference(x, w, bias)
+    from ._w4a16_triton import w4a16_triton
+
+    return w4a16_triton(x, w, bias)
 
 
-AMD_COMPILE_SPECS: list[CompileSpec] = []

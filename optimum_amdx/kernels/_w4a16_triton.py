@@ -1,0 +1,337 @@
+"""Triton kernels behind `optimum_amdx.kernels.w4a16` (4-bit GPTQ weights, fp16/bf16 activations).
+
+Two kernels read the `W4A16Weight` layout (int32 words packing 8 rows along K, row-major over N):
+
+- `_w4a16_gemv_kernel` for up to 16 activation rows (decode, bandwidth-bound). Each program
+  streams a ``[BLOCK_K / 8, BLOCK_N]`` tile of words per step (16-byte loads of 4 columns) over
+  its share of K. Split-K spreads a layer over the whole GPU: partial sums go to a float32
+  workspace with atomics; the last program of a column tile (counted with an atomic ticket)
+  reads and clears the workspace and writes the output, so one launch does everything and the
+  workspace is clean for the next call (and for graph replay).
+- `_w4a16_gemm_kernel` for prefill: tiles of x and dequantized weights into `tl.dot`
+  (MFMA on CDNA, WMMA on RDNA3, tensor cores on NVIDIA).
+
+Dequantization: a nibble ``q`` OR-ed into the bits of float32 ``2**23`` reads as ``2**23 + q``,
+so ``(q - zero)`` costs a shift, a mask/or and one subtraction, no int-to-float conversion.
+Every K tile lies inside one quantization group (BLOCK_K divides the group size), so scales and
+zeros are one vector load per tile. Act-order weights were sorted by group at repack time; the
+kernels read activation column ``perm[k]`` for sorted row ``k``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .compile_spec import AMD_ARCHS, CompileSpec
+from .runtime import arch_family, device_arch, interpret_mode
+
+if TYPE_CHECKING:
+    from .w4a16 import W4A16Weight
+
+MAGIC = 8388608.0  # 2**23: float32 whose low mantissa bits hold a small unsigned integer exactly
+
+
+@triton.jit
+def _dequant_tile(qw_ptr, s_ptr, z_ptr, k0, offs_n, n_mask, N, K,
+                  GROUP_SIZE: tl.constexpr, BLOCK_K: tl.constexpr, HAS_ZEROS: tl.constexpr):
+    """Unpacked ``q - zero`` as float32 ``[BLOCK_K, BLOCK_N]`` and the tile's scale row ``[BLOCK_N]``."""
+    offs_w = tl.arange(0, BLOCK_K // 8)
+    rows = k0 // 8 + offs_w
+    w_mask = (rows[:, None] < tl.cdiv(K, 8)) & n_mask[None, :]
+    packed = tl.load(qw_ptr + rows[:, None] * N + offs_n[None, :], mask=w_mask, other=0)
+    shifts = tl.arange(0, 8) * 4
+    q = (packed[:, None, :] >> shifts[None, :, None]) & 0xF
+    q = tl.reshape(q, [BLOCK_K, packed.shape[1]])
+    qf = (q | 0x4B000000).to(tl.float32, bitcast=True)
+    if GROUP_SIZE > 0:
+        g = k0 // GROUP_SIZE
+    else:
+        g = 0
+    s = tl.load(s_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+    if HAS_ZEROS:
+        z = tl.load(z_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        qz = qf - (z + 8388608.0)[None, :]
+    else:
+        qz = qf - 8388616.0
+    return qz, s
+
+
+@triton.jit
+def _w4a16_gemv_kernel(
+    x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
+    M, N, K, stride_xm, stride_om, tiles_per_split,
+    GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    offs_m = tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    t0 = pid_k * tiles_per_split
+    for t in range(t0, t0 + tiles_per_split):
+        k0 = t * BLOCK_K
+        qz, s = _dequant_tile(qw_ptr, s_ptr, z_ptr, k0, offs_n, n_mask, N, K, GROUP_SIZE, BLOCK_K, HAS_ZEROS)
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        if HAS_PERM:
+            xk = tl.load(perm_ptr + offs_k, mask=k_mask, other=0)
+        else:
+            xk = offs_k
+        if BLOCK_M == 1:
+            xv = tl.load(x_ptr + xk, mask=k_mask, other=0.0).to(tl.float32)
+            acc += (tl.sum(qz * xv[:, None], axis=0) * s)[None, :]
+        else:
+            xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + xk[None, :],
+                         mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+            acc = tl.dot(xt, (qz * s[None, :]).to(xt.dtype), acc)
+    out_mask = m_mask[:, None] & n_mask[None, :]
+    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
+    if SPLIT_K == 1:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.atomic_add(ws_ptrs, acc, mask=out_mask, sem="relaxed")
+        ticket = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
+        if ticket == SPLIT_K - 1:
+            ws_bits = ws_ptrs.to(tl.pointer_type(tl.int32))
+            old = tl.atomic_xchg(ws_bits, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32), mask=out_mask, sem="relaxed")
+            total = old.to(tl.float32, bitcast=True)
+            tl.atomic_xchg(cnt_ptr + pid_n, 0, sem="relaxed")
+            if HAS_BIAS:
+                total += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+            tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _w4a16_gemm_kernel(
+    x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr,
+    M, N, K, stride_xm, stride_om,
+    GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * num_pid_n
+    first_m = (pid // in_group) * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % group_rows
+    pid_n = (pid % in_group) // group_rows
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        if HAS_PERM:
+            xk = tl.load(perm_ptr + offs_k, mask=k_mask, other=0)
+        else:
+            xk = offs_k
+        xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + xk[None, :],
+                     mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        qz, s = _dequant_tile(qw_ptr, s_ptr, z_ptr, k0, offs_n, n_mask, N, K, GROUP_SIZE, BLOCK_K, HAS_ZEROS)
+        acc = tl.dot(xt, (qz * s[None, :]).to(xt.dtype), acc)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=m_mask[:, None] & n_mask[None, :])
+
+
+# ---------------------------------------------------------------- configs (keyed by arch family)
+
+GEMV_CONFIGS: dict[str, dict[str, Any]] = {
+    # BLOCK_N columns per program, BLOCK_K rows per step, programs per CU/SM targeted by split-K.
+    "cdna2": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
+    "cdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
+    "cdna4": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
+    "rdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
+    "hopper": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "programs_per_cu": 4},
+    "default": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "programs_per_cu": 4},
+}
+GEMM_CONFIGS: dict[str, dict[str, Any]] = {
+    "cdna2": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 2,
+              "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2},
+    "cdna3": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 2,
+              "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2},
+    "cdna4": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 2,
+              "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 1},
+    "rdna3": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 2,
+              "waves_per_eu": 0},
+    "hopper": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    "default": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 2},
+}
+INTERPRET_GEMV = {"BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 1, "num_stages": 1, "programs_per_cu": 1}
+INTERPRET_GEMM = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_warps": 1, "num_stages": 1}
+_LAUNCH_KEYS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
+
+
+def _family_config(table: dict[str, dict[str, Any]], arch: str) -> dict[str, Any]:
+    return dict(table.get(arch_family(arch), table["default"]))
+
+
+def launch_options(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
+    """Compiler options of a config: the AMD knobs only where the target is AMD."""
+    amd = arch.startswith("gfx")
+    return {k: cfg[k] for k in _LAUNCH_KEYS if k in cfg and (amd or k in ("num_warps", "num_stages"))}
+
+
+def _tile_k(block_k: int, group_size: int, k: int) -> int:
+    """The largest power-of-two K tile <= block_k that keeps each tile inside one group."""
+    if group_size >= k:
+        return block_k
+    bk = block_k
+    while bk > 16 and group_size % bk != 0:
+        bk //= 2
+    return bk
+
+
+def _group_arg(w: "W4A16Weight") -> int:
+    return 0 if w.group_size >= w.in_features else w.group_size
+
+
+_WORKSPACES: dict[tuple[Any, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _workspace(device: torch.device, n: int, n_tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zeroed float32 [16, N] partial sums and int32 tickets per column tile, kept per device and N.
+
+    The kernel leaves both zeroed, so they are allocated once (before any graph capture that
+    replays the layer) and reused; calls on one device run in stream order.
+    """
+    key = (device, n)
+    ws = _WORKSPACES.get(key)
+    if ws is None or ws[1].numel() < n_tiles:
+        ws = (torch.zeros(16, n, dtype=torch.float32, device=device),
+              torch.zeros(max(n_tiles, 1), dtype=torch.int32, device=device))
+        _WORKSPACES[key] = ws
+    return ws
+
+
+def _num_cus(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor] = None,
+                 config: Optional[dict[str, Any]] = None) -> torch.Tensor:
+    """Run the W4A16 Triton kernels; `config` overrides the per-arch choice (used by the sweep)."""
+    k, n = w.in_features, w.out_features
+    x2 = x.reshape(-1, k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out.reshape(*x.shape[:-1], n)
+    arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
+    gs = _group_arg(w)
+    z = w.zeros if w.zeros is not None else w.scales
+    perm = w.perm if w.perm is not None else w.qweight
+    b = bias if bias is not None else w.scales
+    flags = dict(HAS_ZEROS=w.zeros is not None, HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None)
+    if m <= 16:
+        cfg = dict(config or (INTERPRET_GEMV if arch == "cpu" else _family_config(GEMV_CONFIGS, arch)))
+        bk = _tile_k(cfg["BLOCK_K"], w.group_size, k)
+        bn = cfg["BLOCK_N"]
+        n_tiles = triton.cdiv(n, bn)
+        k_tiles = triton.cdiv(k, bk)
+        split = cfg.get("SPLIT_K")
+        if split is None:
+            want = cfg["programs_per_cu"] * _num_cus(x.device)
+            split = max(1, min(k_tiles, want // max(n_tiles, 1), 16))
+        per = triton.cdiv(k_tiles, split)
+        split = triton.cdiv(k_tiles, per)
+        ws, cnt = _workspace(x.device, n, n_tiles) if split > 1 else (out, out)
+        block_m = 1 if m == 1 else 16
+        _w4a16_gemv_kernel[(n_tiles, split)](
+            x2, w.qweight, w.scales, z, perm, b, out, ws, cnt,
+            m, n, k, x2.stride(0), out.stride(0), per,
+            GROUP_SIZE=gs, BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, **flags,
+            **launch_options(cfg, arch),
+        )
+    else:
+        cfg = dict(config or (INTERPRET_GEMM if arch == "cpu" else _family_config(GEMM_CONFIGS, arch)))
+        bk = _tile_k(cfg["BLOCK_K"], w.group_size, k)
+        grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
+        _w4a16_gemm_kernel[grid](
+            x2, w.qweight, w.scales, z, perm, b, out,
+            m, n, k, x2.stride(0), out.stride(0),
+            GROUP_SIZE=gs, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
+            **flags, **launch_options(cfg, arch),
+        )
+    return out.reshape(*x.shape[:-1], n)
+
+
+# ---------------------------------------------------------------- AMD compile specs
+
+_COMMON_SIG = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "perm_ptr": "*i32",
+               "bias_ptr": "*fp16", "out_ptr": "*fp16"}
+
+
+def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool) -> CompileSpec:
+    sig = dict(_COMMON_SIG, ws_ptr="*fp32", cnt_ptr="*i32", M="i32", N="i32", K="i32", stride_xm="i32",
+               stride_om="i32", tiles_per_split="i32")
+    names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS")
+    sig.update({c: "constexpr" for c in names})
+
+    def options(arch: str) -> dict[str, Any]:
+        return launch_options(_family_config(GEMV_CONFIGS, arch), arch)
+
+    cfg0 = GEMV_CONFIGS["cdna3"]
+    tag = ("asym" if zeros else "sym") + (",act-order" if perm else "")
+    return CompileSpec(
+        name=f"w4a16_gemv[m{block_m},g128,split{split},{tag}]",
+        kernel=_w4a16_gemv_kernel,
+        signature=sig,
+        constexprs={"GROUP_SIZE": 128, "BLOCK_M": block_m, "BLOCK_N": cfg0["BLOCK_N"], "BLOCK_K": cfg0["BLOCK_K"],
+                    "SPLIT_K": split, "HAS_ZEROS": zeros, "HAS_PERM": perm, "HAS_BIAS": False},
+        options=options,
+        hot=True,
+        uses_dot=block_m > 1,
+    )
+
+
+def _gemm_spec(zeros: bool, perm: bool, group: int) -> CompileSpec:
+    sig = dict(_COMMON_SIG, M="i32", N="i32", K="i32", stride_xm="i32", stride_om="i32")
+    names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS")
+    sig.update({c: "constexpr" for c in names})
+
+    def options(arch: str) -> dict[str, Any]:
+        return launch_options(_family_config(GEMM_CONFIGS, arch), arch)
+
+    cfg0 = GEMM_CONFIGS["cdna3"]
+    tag = ("asym" if zeros else "sym") + (",act-order" if perm else "")
+    return CompileSpec(
+        name=f"w4a16_gemm[g{group},{tag}]",
+        kernel=_w4a16_gemm_kernel,
+        signature=sig,
+        constexprs={"GROUP_SIZE": group, "BLOCK_M": cfg0["BLOCK_M"], "BLOCK_N": cfg0["BLOCK_N"],
+                    "BLOCK_K": _tile_k(cfg0["BLOCK_K"], group, 1 << 30), "GROUP_M": cfg0["GROUP_M"],
+                    "HAS_ZEROS": zeros, "HAS_PERM": perm, "HAS_BIAS": False},
+        options=options,
+        hot=True,
+        uses_dot=True,
+        archs=AMD_ARCHS,
+    )
+
+
+AMD_COMPILE_SPECS: list[CompileSpec] = [
+    _gemv_spec(1, 1, False, False),
+    _gemv_spec(1, 8, True, True),
+    _gemv_spec(16, 4, True, False),
+    _gemm_spec(False, False, 128),
+    _gemm_spec(True, True, 128),
+    _gemm_spec(True, False, 32),
+]

@@ -1,0 +1,204 @@
+"""W4A16 GPTQ matmul: packing, dequantization against an independent construction, kernels vs reference.
+
+On the CPU the Triton kernels run in the interpreter (conftest sets TRITON_INTERPRET=1); on a GPU
+the same tests run the compiled kernels, plus the full-size checks marked `gpu`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from optimum_amdx.errors import InvalidArgumentError
+from optimum_amdx.kernels.w4a16 import (
+    dequantize_gptq,
+    pack_gptq_int32,
+    prepare_gptq_weight,
+    unpack_gptq_int32,
+    w4a16_matmul,
+    w4a16_matmul_reference,
+)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def quantize(k: int, n: int, bits: int, group_size: int, sym: bool, act_order: bool, fmt: str, seed: int):
+    """Quantize a random float matrix the GPTQ way (RTN per group) and pack it independently.
+
+    Returns the GPTQ tensors and the float32 weight the packed tensors must dequantize to,
+    computed straight from the integer codes (no unpacking involved).
+    """
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(k, n, generator=g)
+    gs = k if group_size == -1 else group_size
+    n_groups = -(-k // gs)
+    maxq = (1 << bits) - 1
+    if act_order:
+        order = torch.randperm(k, generator=g)
+        g_idx = torch.empty(k, dtype=torch.int32)
+        g_idx[order] = (torch.arange(k) // gs).to(torch.int32)
+    else:
+        g_idx = (torch.arange(k) // gs).to(torch.int32)
+    scales = torch.empty(n_groups, n)
+    zeros = torch.empty(n_groups, n, dtype=torch.int64)
+    for grp in range(n_groups):
+        rows = w[g_idx == grp]
+        lo = rows.min(0).values.clamp(max=0)
+        hi = rows.max(0).values.clamp(min=0)
+        if sym:
+            amax = torch.maximum(lo.abs(), hi)
+            scales[grp] = (2 * amax / maxq).clamp(min=1e-5)
+            zeros[grp] = (maxq + 1) // 2
+        else:
+            scales[grp] = ((hi - lo) / maxq).clamp(min=1e-5)
+            zeros[grp] = torch.round(-lo / scales[grp]).long().clamp(0, maxq)
+    scales = scales.half()
+    q = torch.clamp(torch.round(w / scales.float()[g_idx.long()]) + zeros[g_idx.long()], 0, maxq).long()
+    expected = (q - zeros[g_idx.long()]).float() * scales.float()[g_idx.long()]
+    stored_zeros = zeros - 1 if fmt == "gptq" else zeros
+    if fmt == "gptq":
+        stored_zeros = stored_zeros.clamp(min=0)
+        expected = (q - (stored_zeros + 1)[g_idx.long()]).float() * scales.float()[g_idx.long()]
+    qweight = _pack_reference(q, bits, along_rows=True)
+    qzeros = _pack_reference(stored_zeros, bits, along_rows=False)
+    return qweight, qzeros, scales, g_idx, expected
+
+
+def _pack_reference(vals: torch.Tensor, bits: int, along_rows: bool) -> torch.Tensor:
+    """Straightforward python bit-stream packing (LSB first), independent of pack_gptq_int32."""
+    v = vals if along_rows else vals.t()
+    rows, cols = v.shape
+    total_bits = rows * bits
+    pad_rows = (-total_bits) % 32 // bits if (-total_bits) % 32 % bits == 0 else None
+    assert pad_rows is not None
+    v = torch.cat([v, v.new_zeros(pad_rows, cols)]) if pad_rows else v
+    n_words = v.shape[0] * bits // 32
+    out = torch.zeros(n_words, cols, dtype=torch.int64)
+    for r in range(v.shape[0]):
+        bit = r * bits
+        word, shift = divmod(bit, 32)
+        out[word] |= (v[r] << shift) & 0xFFFFFFFF
+        if shift + bits > 32:
+            out[word + 1] |= v[r] >> (32 - shift)
+    out = torch.where(out >= 2**31, out - 2**32, out).to(torch.int32)
+    return out if along_rows else out.t().contiguous()
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+def test_pack_unpack_roundtrip(bits):
+    g = torch.Generator().manual_seed(bits)
+    vals = torch.randint(0, 1 << bits, (64, 12), generator=g, dtype=torch.int32)
+    packed = pack_gptq_int32(vals, bits, dim=0)
+    assert packed.shape == (64 * bits // 32, 12)
+    assert torch.equal(packed, _pack_reference(vals.long(), bits, along_rows=True))
+    assert torch.equal(unpack_gptq_int32(packed, bits, dim=0), vals)
+    packed_cols = pack_gptq_int32(vals.t().contiguous(), bits, dim=1)
+    assert torch.equal(unpack_gptq_int32(packed_cols, bits, dim=1), vals.t())
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("fmt", ["gptq", "gptq_v2"])
+@pytest.mark.parametrize("act_order", [False, True])
+def test_dequantize_matches_independent_construction(bits, fmt, act_order):
+    qweight, qzeros, scales, g_idx, expected = quantize(64, 64, bits, 32, sym=False, act_order=act_order, fmt=fmt, seed=bits)
+    got = dequantize_gptq(qweight, qzeros, scales, g_idx, bits=bits, checkpoint_format=fmt)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    w = prepare_gptq_weight(qweight, qzeros, scales, g_idx, bits=bits, group_size=32, checkpoint_format=fmt)
+    assert w.kernel_ready == (bits == 4)
+    torch.testing.assert_close(w.dequantize(), expected, rtol=0, atol=0)
+
+
+def test_v1_and_v2_differ_by_one_zero_step():
+    qweight, qzeros, scales, g_idx, _ = quantize(32, 16, 4, 32, sym=False, act_order=False, fmt="gptq_v2", seed=3)
+    v1 = dequantize_gptq(qweight, qzeros, scales, g_idx, checkpoint_format="gptq")
+    v2 = dequantize_gptq(qweight, qzeros, scales, g_idx, checkpoint_format="gptq_v2")
+    torch.testing.assert_close(v2 - v1, scales.float()[g_idx.long()], rtol=1e-6, atol=1e-6)
+
+
+CASES = [
+    # (M, K, N, group, sym, act_order, fmt, dtype)
+    (1, 256, 96, 128, True, False, "gptq", torch.float16),
+    (1, 200, 72, 32, False, True, "gptq", torch.float16),
+    (1, 128, 64, -1, False, False, "gptq_v2", torch.bfloat16),
+    (3, 192, 80, 64, True, True, "gptq_v2", torch.bfloat16),
+    (3, 136, 40, -1, True, False, "gptq", torch.float16),
+    (16, 128, 48, 32, False, False, "gptq", torch.float16),
+    (17, 200, 72, 64, False, True, "gptq", torch.float16),
+    (40, 128, 100, 128, True, False, "gptq_v2", torch.bfloat16),
+    (33, 96, 64, 32, True, True, "gptq", torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("m,k,n,group,sym,act_order,fmt,dtype", CASES)
+def test_w4a16_kernel_matches_reference(m, k, n, group, sym, act_order, fmt, dtype):
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=m * 1000 + k + n)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), bits=4,
+                            group_size=group, checkpoint_format=fmt)
+    assert w.kernel_ready
+    assert (w.zeros is None) == sym
+    assert (w.perm is not None) == act_order
+    g = torch.Generator().manual_seed(m + k)
+    x = torch.randn(2, m, k, generator=g).to(dtype).to(DEVICE) if m == 3 else torch.randn(m, k, generator=g).to(dtype).to(DEVICE)
+    bias = torch.randn(n, generator=g).to(dtype).to(DEVICE) if m % 2 else None
+    out = w4a16_matmul(x, w, bias)
+    ref = w4a16_matmul_reference(x, w, bias)
+    assert out.shape == (*x.shape[:-1], n) and out.dtype == dtype
+    exact = x.float() @ expected.to(DEVICE) + (bias.float() if bias is not None else 0)
+    tol = 2e-2 if dtype == torch.float16 else 6e-2
+    scale = exact.abs().max().item()
+    torch.testing.assert_close(ref.float(), exact, rtol=0, atol=tol * scale)
+    torch.testing.assert_close(out.float(), ref.float(), rtol=0, atol=tol * scale)
+
+
+def test_split_k_workspace_is_left_clean_and_reused():
+    qweight, qzeros, scales, g_idx, _ = quantize(256, 64, 4, 32, False, False, "gptq", seed=11)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=32)
+    from optimum_amdx.kernels._w4a16_triton import _WORKSPACES, w4a16_triton
+
+    g = torch.Generator().manual_seed(5)
+    for m in (1, 5, 1):
+        x = torch.randn(m, 256, generator=g).half().to(DEVICE)
+        out = w4a16_triton(x, w, config={"BLOCK_N": 32, "BLOCK_K": 32, "SPLIT_K": 4, "num_warps": 1, "num_stages": 1})
+        torch.testing.assert_close(out.float(), w4a16_matmul_reference(x, w).float(), rtol=0, atol=0.05)
+        ws, cnt = _WORKSPACES[(x.device, 64)]
+        assert int(cnt.abs().sum()) == 0 and float(ws.abs().sum()) == 0.0
+
+
+def test_uneven_act_order_groups_fall_back_to_reference():
+    qweight, qzeros, scales, _, _ = quantize(64, 16, 4, 32, False, False, "gptq", seed=2)
+    g_idx = torch.zeros(64, dtype=torch.int32)
+    g_idx[60:] = 1  # groups of 60 and 4 rows: not a GPTQ act-order permutation
+    w = prepare_gptq_weight(qweight, qzeros, scales, g_idx, group_size=32)
+    assert not w.kernel_ready
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(1)).half()
+    expected = x.float() @ dequantize_gptq(qweight, qzeros, scales, g_idx)
+    torch.testing.assert_close(w4a16_matmul(x, w).float(), expected, rtol=0, atol=0.05)
+
+
+def test_errors_name_the_problem():
+    qweight, qzeros, scales, g_idx, _ = quantize(64, 16, 4, 32, False, False, "gptq", seed=2)
+    with pytest.raises(InvalidArgumentError, match="checkpoint_format"):
+        prepare_gptq_weight(qweight, qzeros, scales, g_idx, checkpoint_format="awq")
+    with pytest.raises(InvalidArgumentError, match="bits=5"):
+        dequantize_gptq(qweight, qzeros, scales, g_idx, bits=5)
+    with pytest.raises(InvalidArgumentError, match="groups"):
+        prepare_gptq_weight(qweight, qzeros, scales, None, group_size=16)
+    w = prepare_gptq_weight(qweight, qzeros, scales, g_idx, group_size=32)
+    with pytest.raises(InvalidArgumentError, match="features"):
+        w4a16_matmul(torch.randn(2, 48).half(), w)
+    with pytest.raises(InvalidArgumentError, match="float16 or bfloat16"):
+        w4a16_matmul(torch.randn(2, 64), w)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("m", [1, 4, 16, 512])
+@pytest.mark.parametrize("act_order", [False, True])
+def test_full_size_on_gpu(m, act_order):
+    k, n = 4096, 11008
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, 128, False, act_order, "gptq", seed=m)
+    w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), group_size=128)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).half().cuda()
+    out = w4a16_matmul(x, w)
+    exact = x.float() @ expected.cuda()
+    torch.testing.assert_close(out.float(), exact, rtol=0, atol=2e-2 * exact.abs().max().item())
