@@ -12,7 +12,8 @@ import math
 import torch
 
 
-def _check_gqa(num_heads: int, num_kv_heads: int) -> int:
+def check_gqa(num_heads: int, num_kv_heads: int) -> int:
+    """Query heads per KV head; raises InvalidArgumentError when the head counts do not divide."""
     from optimum_amdx.errors import InvalidArgumentError
 
     if num_kv_heads <= 0 or num_heads % num_kv_heads != 0:
@@ -37,7 +38,7 @@ def _masked_softmax_attention(
     q_positions [Sq]: the key index each query sits at (it sees keys <= its position when causal,
     and only the last `sliding_window` of them when a window is given).
     """
-    group = _check_gqa(q.shape[1], k.shape[1])
+    group = check_gqa(q.shape[1], k.shape[1])
     qf = q.float().transpose(0, 1)  # [Hq, Sq, D]
     kf = k.float().transpose(0, 1).repeat_interleave(group, dim=0)  # [Hq, Sk, D]
     vf = v.float().transpose(0, 1).repeat_interleave(group, dim=0)

@@ -1,0 +1,113 @@
+"""Launch configurations of the attention kernels, keyed by architecture family.
+
+AMD (CDNA, wave64, 64 KiB LDS on gfx90a/gfx942) wants num_stages=1 for attention, `waves_per_eu`
+to keep two waves per SIMD, and `matrix_instr_nonkdim=16` (16x16 MFMA). RDNA3 is wave32 with WMMA
+and a smaller register file, so it gets smaller tiles. Hopper gets deeper software pipelining.
+The "cpu" family (the Triton interpreter in CI) uses small tiles so tests stay fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+AMD_FAMILIES = ("cdna2", "cdna3", "cdna4", "rdna3", "rdna4")
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (and >= 1)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _amd_options(family: str, num_warps: int, waves_per_eu: int) -> dict[str, Any]:
+    opts: dict[str, Any] = {"num_warps": num_warps, "num_stages": 1}
+    if family in ("cdna2", "cdna3", "cdna4"):
+        opts.update(waves_per_eu=waves_per_eu, matrix_instr_nonkdim=16)
+    return opts
+
+
+def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: int) -> dict[str, Any]:
+    """Tile sizes and launch options for `unified_attention`.
+
+    The M tile packs query heads of one KV head (num_qpk of them) x query tokens, so each KV tile is
+    read once per KV head. Decode-heavy batches (few query tokens per sequence) use a 16-row M tile
+    (the smallest matrix-instruction tile); prefill chunks use larger M tiles for compute efficiency.
+    """
+    decode = max_query_len <= 8
+    if family == "cpu":
+        block_m = max(16, next_pow2(num_qpk)) if decode else max(32, next_pow2(num_qpk))
+        return {"BLOCK_M": block_m, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    if decode:
+        block_m = max(16, next_pow2(num_qpk))
+        if family in AMD_FAMILIES:
+            cfg = _amd_options(family, 4, 2)
+            cfg.update(BLOCK_M=block_m, BLOCK_N=64 if family != "rdna3" else 32)
+            return cfg
+        return {"BLOCK_M": block_m, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    block_m = max(64 if head_dim_pad > 64 or family in ("rdna3", "rdna4") else 128, next_pow2(num_qpk))
+    if family in ("rdna3", "rdna4"):
+        cfg = _amd_options(family, 8, 0)
+        cfg.update(BLOCK_M=block_m, BLOCK_N=32)
+        return cfg
+    if family in AMD_FAMILIES:
+        cfg = _amd_options(family, 4, 2)
+        cfg.update(BLOCK_M=block_m, BLOCK_N=64)
+        return cfg
+    return {"BLOCK_M": max(128, next_pow2(num_qpk)), "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+
+
+def split_reduce_config(family: str) -> dict[str, Any]:
+    """Launch options of the split-K reduce kernel (tiny, memory-light)."""
+    if family in AMD_FAMILIES:
+        return {"num_warps": 2 if family in ("rdna3", "rdna4") else 1, "num_stages": 1}
+    return {"num_warps": 2, "num_stages": 1}
+
+
+def choose_num_splits(
+    family: str, num_programs: int, max_seq_len: int, max_query_len: int, num_sms: int, block_n: int
+) -> int:
+    """How many key-range splits (flash-decoding) a launch should use; 1 = no split.
+
+    Split only short-query batches whose (q-block x KV-head) grid would leave the GPU under-filled,
+    and keep at least 8 key tiles per split so the partial-output traffic stays small.
+    """
+    if family == "cpu" or max_query_len > 16:
+        return 1
+    target = 4 * num_sms
+    splits = 1
+    while num_programs * splits * 2 <= target and max_seq_len // (splits * 2) >= 8 * block_n and splits < 32:
+        splits *= 2
+    return splits
+
+
+def flash_config(family: str, head_dim_pad: int, causal: bool) -> dict[str, Any]:
+    """Tile sizes and launch options for the dense FlashAttention-2 forward."""
+    if family == "cpu":
+        return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    if family in ("cdna2", "cdna3", "cdna4"):
+        # 8 waves of 16 rows: with 4 waves the 128x128 fp32 accumulator plus the Q tile spill on gfx942.
+        cfg = _amd_options(family, 8, 2)
+        cfg.update(BLOCK_M=128, BLOCK_N=64)
+        return cfg
+    if family in ("rdna3", "rdna4"):
+        # wave32 with a 256-VGPR budget: 64-row tiles of d=128 spill on gfx1100.
+        cfg = _amd_options(family, 4, 0)
+        cfg.update(BLOCK_M=32, BLOCK_N=32)
+        return cfg
+    if head_dim_pad <= 64:
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+
+
+def reshape_cache_config(family: str) -> dict[str, Any]:
+    """Launch options of `reshape_and_cache` (one program per token, a pure copy)."""
+    if family in AMD_FAMILIES:
+        return {"num_warps": 4, "num_stages": 1}
+    return {"num_warps": 4, "num_stages": 1}
+
+
+def split_launch_options(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate a config into (constexpr tile sizes, launch options)."""
+    launch_keys = {"num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack"}
+    consts = {k: v for k, v in cfg.items() if k not in launch_keys}
+    launch = {k: v for k, v in cfg.items() if k in launch_keys}
+    return consts, launch

@@ -1,0 +1,354 @@
+"""Triton kernels behind `optimum_amdx.kernels.paged_attention` (imported only when one runs).
+
+Unified attention grid: (query blocks of all sequences, KV heads, key-range splits). A program owns
+BLOCK_Q query tokens of one sequence times the NUM_QPK query heads that share one KV head; those
+BLOCK_M = BLOCK_Q * NUM_QPK (padded) rows form the M side of every `tl.dot`, so each KV tile is read
+once per KV head. Which sequence a query block belongs to is found on the device by a binary search
+over query_start_loc (query block b of sequence s has global index query_start_loc[s] // BLOCK_Q + s + b),
+so the launch needs no host synchronization and the grid size is known from shapes alone.
+With NUM_SPLITS > 1 each program covers one slice of the key range and writes a normalized partial
+output plus its log2-sum-exp; `_split_reduce_kernel` combines the slices (flash-decoding).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from optimum_amdx.kernels.runtime import interpret_mode
+from optimum_amdx.kernels.attention_configs import (
+    choose_num_splits,
+    next_pow2,
+    reshape_cache_config,
+    split_launch_options,
+    split_reduce_config,
+    unified_config,
+)
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _dot(a, b, UPCAST: tl.constexpr):
+    """tl.dot with fp32 accumulation; UPCAST feeds fp32 operands (the Triton 3.6 CPU interpreter
+    computes bf16 x bf16 dots wrongly, so interpreter runs on bf16 set it; GPU launches never do)."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _reshape_and_cache_kernel(
+    key_ptr,
+    value_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_ptr,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_kcb,
+    stride_kcs,
+    stride_kch,
+    stride_vcb,
+    stride_vcs,
+    stride_vch,
+    NUM_KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEADS_PAD: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+):
+    token = tl.program_id(0)
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    if slot < 0:
+        return
+    page = slot // PAGE_SIZE
+    offset = slot % PAGE_SIZE
+    offs_h = tl.arange(0, HEADS_PAD)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    mask = (offs_h[:, None] < NUM_KV_HEADS) & (offs_d[None, :] < HEAD_DIM)
+    tok = token.to(tl.int64)
+    k = tl.load(key_ptr + tok * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :], mask=mask)
+    v = tl.load(value_ptr + tok * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :], mask=mask)
+    k_dst = k_cache_ptr + page * stride_kcb + offset * stride_kcs + offs_h[:, None] * stride_kch + offs_d[None, :]
+    v_dst = v_cache_ptr + page * stride_vcb + offset * stride_vcs + offs_h[:, None] * stride_vch + offs_d[None, :]
+    tl.store(k_dst, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
+    tl.store(v_dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _find_sequence(qsl_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
+    """Index of the sequence owning global query block `q_block` (binary search over query_start_loc)."""
+    lo: tl.int32 = 0
+    hi = num_seqs
+    while lo < hi:
+        mid = (lo + hi) // 2
+        first_block = tl.load(qsl_ptr + mid) // BLOCK_Q + mid
+        if first_block <= q_block:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+@triton.jit
+def _unified_attention_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    out_ptr,
+    part_out_ptr,
+    part_lse_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    qsl_ptr,
+    qk_scale,
+    sliding_window,
+    num_seqs,
+    num_heads,
+    stride_qt,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    stride_bt,
+    NUM_QPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    q_block = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+
+    seq = _find_sequence(qsl_ptr, q_block, num_seqs, BLOCK_Q)
+    q_start = tl.load(qsl_ptr + seq)
+    q_len = tl.load(qsl_ptr + seq + 1) - q_start
+    q_block_local = q_block - (q_start // BLOCK_Q + seq)
+    if q_block_local * BLOCK_Q >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    context_before = seq_len - q_len
+
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    d_mask = offs_d < HEAD_DIM
+    q_tok = q_block_local * BLOCK_Q + offs_m // NUM_QPK
+    head = kv_head * NUM_QPK + offs_m % NUM_QPK
+    row_valid = (offs_m < BLOCK_Q * NUM_QPK) & (q_tok < q_len)
+    q_pos = context_before + q_tok
+    token = (q_start + q_tok).to(tl.int64)
+
+    q = tl.load(
+        q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=row_valid[:, None] & d_mask[None, :],
+        other=0.0,
+    )
+
+    kv_end = context_before + tl.minimum((q_block_local + 1) * BLOCK_Q, q_len)
+    kv_start = 0
+    if USE_WINDOW:
+        first_pos = context_before + q_block_local * BLOCK_Q
+        kv_start = (tl.maximum(first_pos - sliding_window + 1, 0) // BLOCK_N) * BLOCK_N
+    num_tiles = tl.cdiv(kv_end - kv_start, BLOCK_N)
+    tile_lo = 0
+    tile_hi = num_tiles
+    if NUM_SPLITS > 1:
+        per_split = tl.cdiv(num_tiles, NUM_SPLITS)
+        tile_lo = split * per_split
+        tile_hi = tl.minimum(tile_lo + per_split, num_tiles)
+
+    m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    table = block_tables_ptr + seq.to(tl.int64) * stride_bt
+    k_head = k_cache_ptr + kv_head * stride_kh
+    v_head = v_cache_ptr + kv_head * stride_vh
+
+    for tile in range(tile_lo, tile_hi):
+        offs_n = kv_start + tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_valid = offs_n < kv_end
+        page = tl.load(table + offs_n // PAGE_SIZE, mask=n_valid, other=0).to(tl.int64)
+        in_page = offs_n % PAGE_SIZE
+        k = tl.load(
+            k_head + (page * stride_kb + in_page * stride_ks)[None, :] + offs_d[:, None],
+            mask=n_valid[None, :] & d_mask[:, None],
+            other=0.0,
+        )
+        scores = _dot(q, k, UPCAST_DOT) * qk_scale
+        visible = offs_n[None, :] <= q_pos[:, None]
+        if USE_WINDOW:
+            visible = visible & (offs_n[None, :] > q_pos[:, None] - sliding_window)
+        scores = tl.where(visible, scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        p = tl.exp2(scores - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            v_head + (page * stride_vb + in_page * stride_vs)[:, None] + offs_d[None, :],
+            mask=n_valid[:, None] & d_mask[None, :],
+            other=0.0,
+        )
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST_DOT)
+        m_i = m_new
+
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    result = acc / l_safe[:, None]
+    store_mask = row_valid[:, None] & d_mask[None, :]
+    if NUM_SPLITS == 1:
+        o_ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, result.to(out_ptr.dtype.element_ty), mask=store_mask)
+    else:
+        row = token * num_heads + head
+        p_ptrs = part_out_ptr + ((row * NUM_SPLITS + split) * HEAD_DIM_PAD)[:, None] + offs_d[None, :]
+        tl.store(p_ptrs, result, mask=store_mask)
+        lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
+        tl.store(part_lse_ptr + row * NUM_SPLITS + split, lse, mask=row_valid)
+
+
+@triton.jit
+def _split_reduce_kernel(
+    part_out_ptr,
+    part_lse_ptr,
+    out_ptr,
+    num_heads,
+    stride_ot,
+    stride_oh,
+    NUM_SPLITS: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    row = token * num_heads + head
+    offs_s = tl.arange(0, SPLITS_PAD)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    s_mask = offs_s < NUM_SPLITS
+    lse = tl.load(part_lse_ptr + row * NUM_SPLITS + offs_s, mask=s_mask, other=float("-inf"))
+    m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp2(lse - m)
+    denom = tl.sum(w, 0)
+    denom = tl.where(denom == 0.0, 1.0, denom)
+    parts = tl.load(
+        part_out_ptr + ((row * NUM_SPLITS + offs_s) * HEAD_DIM_PAD)[:, None] + offs_d[None, :],
+        mask=s_mask[:, None],
+        other=0.0,
+    )
+    o = tl.sum(parts * w[:, None], 0) / denom
+    tl.store(out_ptr + token * stride_ot + head * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
+
+
+def reshape_and_cache_triton(
+    key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
+    family: str,
+) -> None:
+    """Launch `_reshape_and_cache_kernel`: one program per token."""
+    num_tokens, num_kv_heads, head_dim = key.shape
+    if num_tokens == 0:
+        return
+    for t in (key, value, k_cache, v_cache):
+        if t.stride(-1) != 1:
+            raise ValueError("reshape_and_cache: the last dimension of key/value/caches must be contiguous")
+    opts = reshape_cache_config(family)
+    _reshape_and_cache_kernel[(num_tokens,)](
+        key, value, k_cache, v_cache, slot_mapping,
+        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, HEADS_PAD=next_pow2(num_kv_heads),
+        HEAD_DIM_PAD=next_pow2(head_dim), PAGE_SIZE=k_cache.shape[1], **opts,
+    )
+
+
+def upcast_dot(t: torch.Tensor) -> bool:
+    """Whether `_dot` must feed fp32 operands: bf16 data under the CPU interpreter only."""
+    return interpret_mode() and t.dtype == torch.bfloat16
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def unified_attention_triton(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    max_query_len: int,
+    max_seq_len: int,
+    softmax_scale: float | None,
+    sliding_window: int | None,
+    out: torch.Tensor | None,
+    num_splits: int | None,
+    family: str,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one."""
+    total_q, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
+    num_qpk = num_heads // num_kv_heads
+    num_seqs = seq_lens.shape[0]
+    head_dim_pad = next_pow2(head_dim)
+    if out is None:
+        out = torch.empty_like(q)
+    if total_q == 0:
+        return out
+    for t in (q, k_cache, v_cache, out):
+        if t.stride(-1) != 1:
+            raise ValueError("unified_attention: the last dimension of q/caches/out must be contiguous")
+    cfg = dict(config) if config is not None else unified_config(family, head_dim_pad, num_qpk, max_query_len)
+    consts, launch = split_launch_options(cfg)
+    block_m = consts["BLOCK_M"]
+    block_q = max(1, block_m // num_qpk)
+    num_q_blocks = total_q // block_q + num_seqs
+    if num_splits is None:
+        num_splits = choose_num_splits(
+            family, num_q_blocks * num_kv_heads, max_seq_len, max_query_len, _num_sms(q.device), consts["BLOCK_N"]
+        )
+    num_splits = max(1, int(num_splits))
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    if num_splits > 1:
+        part_out = torch.empty(total_q * num_heads * num_splits * head_dim_pad, device=q.device, dtype=torch.float32)
+        part_lse = torch.empty(total_q * num_heads * num_splits, device=q.device, dtype=torch.float32)
+    else:
+        part_out = part_lse = out
+    _unified_attention_kernel[(num_q_blocks, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, out, part_out, part_lse, block_tables, seq_lens, query_start_loc,
+        scale * LOG2E, int(sliding_window or 0), num_seqs, num_heads,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        out.stride(0), out.stride(1), block_tables.stride(0),
+        NUM_QPK=num_qpk, BLOCK_M=block_m, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
+        BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
+        NUM_SPLITS=num_splits, UPCAST_DOT=upcast_dot(q), **launch,
+    )
+    if num_splits > 1:
+        _split_reduce_kernel[(total_q, num_heads)](
+            part_out, part_lse, out, num_heads, out.stride(0), out.stride(1),
+            NUM_SPLITS=num_splits, SPLITS_PAD=next_pow2(num_splits), HEAD_DIM=head_dim,
+            HEAD_DIM_PAD=head_dim_pad, **split_reduce_config(family),
+        )
+    return out
