@@ -41,7 +41,7 @@ class DeepSpeedPlan:
     def table(self) -> str:
         """The memory estimate as an aligned text table (what the CLI prints to stderr)."""
         usable = self.gpu.memory_gb * GPU_HEADROOM
-        lines = [f"Memory estimate: {self.num_params / 1e9:.2f}B parameters, {self.task}, "
+        lines = [f"Memory estimate: {_count(self.num_params)} parameters, {self.task}, "
                  f"{self.estimate.world_size} x {self.gpu.name} ({self.gpu.memory_gb:g} GB, "
                  f"{usable:.0f} GB usable)", f"Chosen: {self.estimate.placement.describe()}"]
         width = max(len(name) for name, _ in self.estimate.rows() + self.rejected)
@@ -56,6 +56,10 @@ class DeepSpeedPlan:
     def to_dict(self) -> dict:
         return {"config": self.config, "estimate": self.estimate.to_dict(), "gpu": self.gpu.key,
                 "num_params": self.num_params, "task": self.task, "explanation": self.explanation}
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
 
 
 def load_model_config(model: Any):
@@ -277,7 +281,7 @@ def deepspeed_config(
 def _explain(est: MemoryEstimate, rejected: list[tuple[str, float]], gpu: GPUProfile, n_params: int,
              task: str, seq: int, micro_batch: int) -> str:
     usable = gpu.memory_gb * GPU_HEADROOM
-    text = (f"{task} of {n_params / 1e9:.2f}B parameters on {est.world_size} x {gpu.name}, "
+    text = (f"{task} of {_count(n_params)} parameters on {est.world_size} x {gpu.name}, "
             f"micro-batch {micro_batch} x {seq} tokens: {est.placement.describe()} needs "
             f"{est.gpu_total_bytes / GB:.1f} GB per GPU of {usable:.0f} GB usable "
             f"({GPU_HEADROOM:.0%} of {gpu.memory_gb:g} GB).")
