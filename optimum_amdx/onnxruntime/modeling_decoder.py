@@ -1,0 +1,201 @@
+"""`ORTModelForCausalLM`: an exported decoder run by ONNX Runtime behind transformers' `generate()`.
+
+The class is a real `GenerationMixin` model: it has `config`, `generation_config`, `device`,
+`main_input_name` and a `forward` that takes and returns a transformers `DynamicCache`, so
+`generate()` (greedy, sampling, beam search) and transformers pipelines work unchanged. The cache
+holds the graph's present key/values as torch tensors; they are fed back as the next step's past.
+
+With IO binding (default on GPU providers) inputs and outputs are bound by device pointer to
+torch tensors, so the KV cache never leaves the GPU between steps. Without it, tensors cross as
+NumPy arrays that share memory with the torch tensors (no copies on the CPU).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from transformers import AutoConfig, DynamicCache, GenerationConfig, GenerationMixin
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from ..exporters.tasks import TEXT_GENERATION, check_supported
+from ..exporters.wrappers import decoder_shape, past_names, present_names
+from .binding import TensorBinder
+from .modeling_base import ORTSessionMixin, _check_folder
+
+_ORT_TO_TORCH = {"tensor(float)": torch.float32, "tensor(float16)": torch.float16, "tensor(bfloat16)": torch.bfloat16}
+
+
+class ORTModelForCausalLM(ORTSessionMixin, GenerationMixin):
+    """A causal LM exported by `optimum_amdx.exporters`, run by ONNX Runtime, usable with `generate()`."""
+
+    task = TEXT_GENERATION
+    main_input_name = "input_ids"
+    base_model_prefix = "model"
+    _is_stateful = False
+    _supports_cache_class = True
+    _can_compile_fullgraph = False
+    _is_hf_initialized = True
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        provider: str | None = None,
+        provider_options: Mapping[str, Any] | None = None,
+        session_options: Any = None,
+        use_io_binding: bool | None = None,
+        allow_fallback: bool = False,
+    ) -> None:
+        folder = Path(model_path).expanduser().resolve()
+        self.metadata = _check_folder(folder, self.task)
+        self.config = AutoConfig.from_pretrained(folder)
+        check_supported(self.config, self.task)
+        self.generation_config = (
+            GenerationConfig.from_pretrained(folder)
+            if (folder / "generation_config.json").is_file()
+            else GenerationConfig.from_model_config(self.config)
+        )
+        self._init_session(folder, provider, provider_options, session_options, use_io_binding, allow_fallback)
+        shape = decoder_shape(self.config)
+        self.num_layers, self.num_kv_heads, self.head_dim = shape.num_layers, shape.num_kv_heads, shape.head_dim
+        self._past_names = past_names(self.num_layers)
+        self._present_names = present_names(self.num_layers)
+        types = {i.name: i.type for i in self.session.get_inputs()}
+        expected = ["input_ids", "attention_mask", "position_ids", *self._past_names]
+        if [n for n in expected if n not in types]:
+            from ..errors import ExportValidationError
+
+            raise ExportValidationError(
+                f"{folder / 'model.onnx'} is not a decoder-with-past graph of this config: it lacks inputs "
+                f"{[n for n in expected if n not in types]}. Re-export with `optimum-cli export rocm`."
+            )
+        self._dtype = _ORT_TO_TORCH.get(types[self._past_names[0]], torch.float32)
+        logits_shape = self.session.get_outputs()[0].shape
+        self.vocab_size = logits_shape[-1] if isinstance(logits_shape[-1], int) else self.config.vocab_size
+        self._binder = TensorBinder(self.session, self.provider, self.device_id) if self.use_io_binding else None
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_id: str | os.PathLike,
+        provider: str | None = None,
+        provider_options: Mapping[str, Any] | None = None,
+        session_options: Any = None,
+        use_io_binding: bool | None = None,
+        export: bool = False,
+        allow_fallback: bool = False,
+        export_kwargs: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> "ORTModelForCausalLM":
+        """Load an exported folder; with `export=True`, export a PyTorch model (id, folder, `default`) first.
+
+        `provider` is one of MIGraphX, ROCm, CUDA, CPU (full or short name); when None the first
+        available in that order is used. `allow_fallback=True` turns a GPU provider's silent
+        fallback to CPU into a warning instead of an error.
+        """
+        folder = cls._resolve_folder(model_id, export, export_kwargs, cache_dir)
+        return cls(folder, provider, provider_options, session_options, use_io_binding, allow_fallback)
+
+    @classmethod
+    def can_generate(cls) -> bool:
+        return True
+
+    @classmethod
+    def is_remote_code(cls) -> bool:
+        """Asked by `generate()`: this class ships with optimum-amdx, never loaded from the Hub."""
+        return False
+
+    def get_experts_implementation(self) -> dict[str, str]:
+        """Asked by `generate()` to switch MoE kernels; an ONNX graph has no switchable experts."""
+        return {}
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
+    def to(self, device: Any) -> "ORTModelForCausalLM":
+        """Kept for pipeline compatibility: the provider, not torch, decides where the graph runs."""
+        return self
+
+    def eval(self) -> "ORTModelForCausalLM":
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> CausalLMOutputWithPast:
+        return self.forward(*args, **kwargs)
+
+    def _empty_past(self, batch: int) -> torch.Tensor:
+        return torch.empty((batch, self.num_kv_heads, 0, self.head_dim), dtype=self._dtype, device=self.device)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: DynamicCache | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool = True,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast:
+        """One graph run: prefill (empty cache) or decode; returns logits and the updated cache."""
+        use_cache = True if use_cache is None else use_cache
+        input_ids = input_ids.to(self.device)
+        batch, seq = input_ids.shape
+        cache = past_key_values
+        if cache is None and use_cache:
+            cache = DynamicCache(config=self.config)
+        past_len = cache.get_seq_length() if cache is not None else 0
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, past_len + seq, dtype=torch.int64, device=self.device)
+        attention_mask = attention_mask.to(self.device, torch.int64)
+        if attention_mask.shape[-1] != past_len + seq:
+            from ..errors import InvalidArgumentError
+
+            raise InvalidArgumentError(
+                f"attention_mask has length {attention_mask.shape[-1]}, expected past ({past_len}) + new tokens ({seq})."
+            )
+        if position_ids is None:
+            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, -seq:]
+        position_ids = position_ids.to(self.device, torch.int64)
+
+        pasts: list[torch.Tensor] = []
+        for i in range(self.num_layers):
+            layer = cache.layers[i] if cache is not None and past_len else None
+            if layer is None:
+                pasts += [self._empty_past(batch), self._empty_past(batch)]
+            else:
+                pasts += [layer.keys, layer.values]
+        inputs = {"input_ids": input_ids.to(torch.int64), "attention_mask": attention_mask, "position_ids": position_ids}
+        inputs.update(zip(self._past_names, pasts))
+
+        if self._binder is not None:
+            shapes = {"logits": (batch, seq, self.vocab_size)}
+            for name in self._present_names:
+                shapes[name] = (batch, self.num_kv_heads, past_len + seq, self.head_dim)
+            dtypes = {name: self._dtype for name in shapes}
+            outputs = self._binder.run(inputs, shapes, dtypes, self.device)
+            logits = outputs["logits"]
+            presents = [outputs[n] for n in self._present_names]
+        else:
+            feed = {k: np.ascontiguousarray(v.detach().cpu().numpy()) for k, v in inputs.items()}
+            results = self.session.run(None, feed)
+            named = dict(zip(self.output_names, results))
+            logits = torch.from_numpy(named["logits"]).to(self.device)
+            presents = [torch.from_numpy(named[n]).to(self.device) for n in self._present_names]
+
+        if cache is not None and use_cache:
+            for i, layer in enumerate(cache.layers):
+                key, value = presents[2 * i], presents[2 * i + 1]
+                if not layer.is_initialized:
+                    layer.lazy_initialization(key, value)
+                layer.keys, layer.values = key, value
+        return CausalLMOutputWithPast(logits=logits, past_key_values=cache if use_cache else None)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(path={str(self.model_path)!r}, provider={self.provider!r}, io_binding={self.use_io_binding})"
