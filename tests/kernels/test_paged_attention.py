@@ -1,0 +1,226 @@
+"""Paged attention kernels (reshape_and_cache, unified_attention) against their PyTorch references.
+
+On CPU the Triton kernels run in the interpreter (tests/kernels/conftest.py) at small shapes; on a GPU
+the same tests run compiled, plus full-size `gpu` tests (decode 32x4096, split-K, graph capture).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from optimum_amdx.errors import InvalidArgumentError
+from optimum_amdx.kernels.paged_attention import (
+    reshape_and_cache,
+    reshape_and_cache_reference,
+    unified_attention,
+    unified_attention_reference,
+)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = {torch.float16: (3e-3, 1e-2), torch.bfloat16: (2e-2, 2e-2), torch.float32: (1e-4, 1e-4)}
+
+
+def make_batch(
+    seed: int, ctx_lens: list[int], q_lens: list[int], num_heads: int, num_kv_heads: int, head_dim: int,
+    block_size: int, dtype: torch.dtype, device: str = DEVICE, spare_blocks: int = 3,
+) -> dict:
+    """A paged cache holding each sequence's context in randomly permuted blocks, plus packed queries."""
+    g = torch.Generator().manual_seed(seed)
+    blocks_per_seq = [math.ceil(c / block_size) for c in ctx_lens]
+    num_blocks = sum(blocks_per_seq) + spare_blocks
+    k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=g).to(device, dtype)
+    v_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=g).to(device, dtype)
+    perm = torch.randperm(num_blocks, generator=g)
+    width = max(blocks_per_seq) + 2
+    # Unused table entries hold out-of-range ids: the kernel must never read them.
+    block_tables = torch.full((len(ctx_lens), width), 10**6, dtype=torch.int32)
+    used = 0
+    for s, n in enumerate(blocks_per_seq):
+        block_tables[s, :n] = perm[used : used + n]
+        used += n
+    q = torch.randn(sum(q_lens), num_heads, head_dim, generator=g).to(device, dtype)
+    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    return {
+        "q": q, "k_cache": k_cache, "v_cache": v_cache, "block_tables": block_tables.to(device),
+        "seq_lens": torch.tensor(ctx_lens, dtype=torch.int32, device=device),
+        "query_start_loc": qsl.to(device), "max_query_len": max(q_lens), "max_seq_len": max(ctx_lens),
+    }
+
+
+def check(batch: dict, dtype: torch.dtype, **kwargs) -> torch.Tensor:
+    out = unified_attention(**batch, **kwargs)
+    kwargs.pop("num_splits", None)
+    ref = unified_attention_reference(**batch, **kwargs)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(out.float(), ref.float(), atol=atol, rtol=rtol)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (6, 2), (8, 1)])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_decode_gqa_head_dims(dtype, num_heads, num_kv_heads, head_dim):
+    # Context lengths: one token, exactly one block, a block plus one, and an uneven length.
+    ctx = [1, 16, 17, 45]
+    batch = make_batch(1, ctx, [1] * len(ctx), num_heads, num_kv_heads, head_dim, 16, dtype)
+    check(batch, dtype, num_splits=1)
+
+
+@pytest.mark.parametrize("block_size", [8, 16, 32])
+def test_chunked_prefill_with_prior_context(block_size):
+    # Second chunk of a prompt: 13 new tokens on top of 30 cached ones, and a fresh 21-token prompt.
+    batch = make_batch(2, [43, 21], [13, 21], 6, 2, 64, block_size, torch.float16)
+    check(batch, torch.float16)
+
+
+def test_mixed_decode_and_prefill_batch_with_empty_sequence():
+    # Decode rows, a prefill chunk, and a sequence with no query tokens this step (q_len 0).
+    batch = make_batch(3, [9, 40, 12, 33], [1, 25, 0, 1], 9, 3, 64, 16, torch.float16)
+    out = check(batch, torch.float16)
+    assert out.shape == batch["q"].shape
+
+
+def test_query_block_spanning_many_tokens_fp32():
+    # More query tokens than one M tile holds, so a sequence spans several query blocks.
+    batch = make_batch(4, [70], [70], 2, 2, 64, 16, torch.float32)
+    check(batch, torch.float32)
+
+
+@pytest.mark.parametrize("num_splits", [2, 3, 8])
+def test_split_k_agrees_with_single_pass(num_splits):
+    batch = make_batch(5, [150, 7, 64], [1, 1, 2], 8, 2, 128, 16, torch.float16)
+    single = unified_attention(**batch, num_splits=1)
+    split = check(batch, torch.float16, num_splits=num_splits)
+    torch.testing.assert_close(split.float(), single.float(), atol=3e-3, rtol=1e-2)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_sliding_window(num_splits):
+    batch = make_batch(6, [90, 20, 50], [1, 20, 9], 4, 2, 64, 16, torch.float16)
+    check(batch, torch.float16, sliding_window=24, num_splits=num_splits)
+    wide = unified_attention(**batch, sliding_window=10_000, num_splits=num_splits)
+    torch.testing.assert_close(wide.float(), unified_attention(**batch, num_splits=num_splits).float())
+
+
+def test_head_dim_80_padded_and_custom_scale_into_out():
+    batch = make_batch(7, [33, 5], [3, 5], 4, 1, 80, 16, torch.float16)
+    out = torch.empty_like(batch["q"])
+    result = check(batch, torch.float16, softmax_scale=0.05, out=out)
+    assert result.data_ptr() == out.data_ptr()
+
+
+def test_reference_matches_sdpa_on_contiguous_kv():
+    """The reference itself, checked against torch SDPA on the gathered (unpaged) keys."""
+    ctx, q_len, h, hk, d = 37, 5, 6, 2, 64
+    batch = make_batch(8, [ctx], [q_len], h, hk, d, 16, torch.float32, device="cpu")
+    ref = unified_attention_reference(**batch)
+    table = batch["block_tables"][0]
+    k = batch["k_cache"][table[:3].long()].reshape(-1, hk, d)[:ctx]
+    v = batch["v_cache"][table[:3].long()].reshape(-1, hk, d)[:ctx]
+    mask = torch.ones(q_len, ctx, dtype=torch.bool).tril(diagonal=ctx - q_len)
+    expected = F.scaled_dot_product_attention(
+        batch["q"].transpose(0, 1), k.transpose(0, 1).repeat_interleave(3, 0),
+        v.transpose(0, 1).repeat_interleave(3, 0), attn_mask=mask,
+    ).transpose(0, 1)
+    torch.testing.assert_close(ref, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_rejects_head_counts_that_do_not_divide():
+    batch = make_batch(9, [4], [1], 6, 4, 64, 16, torch.float16, device="cpu")
+    with pytest.raises(InvalidArgumentError, match="num_kv_heads"):
+        unified_attention(**batch)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("num_kv_heads,head_dim", [(1, 64), (3, 128), (8, 64)])
+def test_reshape_and_cache_skips_negative_slots(dtype, num_kv_heads, head_dim):
+    g = torch.Generator().manual_seed(10)
+    num_blocks, block_size, tokens = 6, 16, 9
+    key = torch.randn(tokens, num_kv_heads, head_dim, generator=g).to(DEVICE, dtype)
+    value = torch.randn(tokens, num_kv_heads, head_dim, generator=g).to(DEVICE, dtype)
+    k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=g).to(DEVICE, dtype)
+    v_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=g).to(DEVICE, dtype)
+    # Block boundaries (15 -> 16), the very last slot, and padding (-1) entries.
+    slots = torch.tensor([15, 16, -1, 0, 95, 47, -1, 33, 64], device=DEVICE)
+    k_out, v_out = k_cache.clone(), v_cache.clone()
+    reshape_and_cache(key, value, k_out, v_out, slots)
+    k_ref, v_ref = k_cache.clone(), v_cache.clone()
+    reshape_and_cache_reference(key, value, k_ref, v_ref, slots)
+    assert torch.equal(k_out, k_ref) and torch.equal(v_out, v_ref)
+    assert torch.equal(k_out[0, 15], key[0]) and torch.equal(v_out[5, 15], value[4])
+    changed = (k_out != k_cache).flatten(2).any(-1).sum().item()
+    assert changed == 7  # seven real tokens written, padding left the cache alone
+
+
+def test_cache_write_then_attend_round_trip():
+    """Prefill writes K/V through reshape_and_cache, then decode attends over it."""
+    g = torch.Generator().manual_seed(11)
+    h, hk, d, bs, ctx = 4, 2, 64, 16, 21
+    k_cache = torch.zeros(4, bs, hk, d, dtype=torch.float16, device=DEVICE)
+    v_cache = torch.zeros_like(k_cache)
+    key = torch.randn(ctx, hk, d, generator=g).to(DEVICE, torch.float16)
+    value = torch.randn(ctx, hk, d, generator=g).to(DEVICE, torch.float16)
+    table = torch.tensor([[2, 0, 3]], dtype=torch.int32, device=DEVICE)
+    slots = (table[0].long()[torch.arange(ctx, device=DEVICE) // bs] * bs + torch.arange(ctx, device=DEVICE) % bs)
+    reshape_and_cache(key, value, k_cache, v_cache, slots)
+    q = torch.randn(1, h, d, generator=g).to(DEVICE, torch.float16)
+    out = unified_attention(
+        q, k_cache, v_cache, table, torch.tensor([ctx], dtype=torch.int32, device=DEVICE),
+        torch.tensor([0, 1], dtype=torch.int32, device=DEVICE), 1, ctx,
+    )
+    expected = F.scaled_dot_product_attention(
+        q.float().transpose(0, 1), key.float().transpose(0, 1).repeat_interleave(2, 0),
+        value.float().transpose(0, 1).repeat_interleave(2, 0),
+    ).transpose(0, 1)
+    torch.testing.assert_close(out.float(), expected, atol=3e-3, rtol=1e-2)
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("num_splits", [None, 1, 4])
+def test_gpu_full_size_decode(num_splits):
+    ctx = [4096 - 37 * i for i in range(32)]
+    batch = make_batch(20, ctx, [1] * 32, 32, 8, 128, 16, torch.float16)
+    check(batch, torch.float16, num_splits=num_splits)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_long_context_split_k_bf16_window():
+    batch = make_batch(21, [16384, 9000, 123, 16000], [1, 1, 1, 3], 32, 8, 128, 16, torch.bfloat16)
+    check(batch, torch.bfloat16)
+    check(batch, torch.bfloat16, sliding_window=4096)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_mixed_prefill_decode_full_size():
+    batch = make_batch(22, [2048, 3000, 17, 1500], [2048, 512, 1, 1], 32, 8, 128, 16, torch.float16)
+    check(batch, torch.float16)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_graph_capture_replays_with_new_lengths():
+    """No host synchronization inside: the call is captured once and replayed for other lengths."""
+    batch = make_batch(23, [3000, 200, 1000, 40], [1, 1, 1, 1], 32, 8, 128, 16, torch.float16)
+    out = torch.empty_like(batch["q"])
+    kwargs = dict(batch, max_seq_len=4096, out=out)
+    unified_attention(**kwargs)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        unified_attention(**kwargs)
+    batch["seq_lens"].copy_(torch.tensor([2999, 17, 1001, 33], dtype=torch.int32))
+    batch["q"].normal_()
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = unified_attention_reference(**batch)
+    torch.testing.assert_close(out.float(), ref.float(), atol=3e-3, rtol=1e-2)
