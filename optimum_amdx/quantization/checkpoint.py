@@ -27,13 +27,12 @@ INDEX_NAME = "model.safetensors.index.json"
 
 def _deduplicated_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """state_dict without tied duplicates (lm_head tied to the embeddings is stored once)."""
+    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
+    state = model.state_dict()
     out: dict[str, torch.Tensor] = {}
-    seen: set[tuple[int, int, tuple[int, ...]]] = set()
-    for key, tensor in model.state_dict().items():
-        ident = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if ident in seen and tensor.numel() > 0:
+    for key, tensor in state.items():
+        if key in tied:
             continue
-        seen.add(ident)
         out[key] = tensor.detach().to("cpu").contiguous()
     return out
 
@@ -179,7 +178,8 @@ def _materialize_buffers(model: torch.nn.Module, config: Any) -> None:
         if any(b is not None and b.is_meta for b in module.buffers(recurse=False)):
             if "rotary" in type(module).__name__.lower():
                 cfg = getattr(module, "config", config)
-                set_submodule(model, name, type(module)(config=cfg, device="cpu"))
+                with torch.device("cpu"):
+                    set_submodule(model, name, type(module)(cfg))
             else:
                 raise InvalidArgumentError(
                     f"Cannot rebuild buffers of {name} ({type(module).__name__}) when loading a GPTQ model."

@@ -77,6 +77,6 @@ def pack_gptq(
     return {
         "qweight": pack_qweight(q, bits),
         "qzeros": pack_qzeros(zeros, bits, checkpoint_format),
-        "scales": scales.to(torch.float16).contiguous(),
-        "g_idx": g_idx.to(torch.int32).contiguous(),
+        "scales": scales.to(torch.float16).clone(),
+        "g_idx": g_idx.to(torch.int32).clone(),
     }
