@@ -131,19 +131,24 @@ def build_torch_model(source: ModelSource, dtype: Any, device: str, seed: int) -
 
 
 def apply_quantization(model: Any, quantization: str, device: str) -> tuple[Any, list[str]]:
-    """Replace the linear layers by 4-bit GPTQ-format ones when asked (RTN weights: for speed, not quality)."""
+    """Replace the decoder's linear layers by 4-bit GPTQ-format ones when asked.
+
+    The weights are round-to-nearest (group 128, no calibration data): the layers, storage and
+    kernels are those of a real GPTQ checkpoint, so speed and memory are representative; accuracy
+    is not measured here.
+    """
     if quantization == "none":
         return model, []
     if quantization != "gptq-4bit":
         raise InvalidArgumentError(f"Unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}.")
-    quant = importlib.import_module("optimum_amdx.quantization")
-    quantize_rtn = getattr(quant, "quantize_model_rtn", None)
-    if quantize_rtn is None:
-        raise UnsupportedModelError(
-            "gptq-4bit benchmarking needs optimum_amdx.quantization.quantize_model_rtn, which this install lacks."
-        )
-    model = quantize_rtn(model, bits=4, group_size=128)
-    return model, ["gptq-4bit weights are round-to-nearest (random model): speed only, not accuracy"]
+    from ..quantization import GPTQConfig, GPTQQuantizer
+
+    cfg = model.config
+    group = 128 if cfg.hidden_size % 128 == 0 and cfg.intermediate_size % 128 == 0 else 32
+    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=group), method="rtn", device=device, verbose=False)
+    model = quantizer.quantize(model)
+    gc.collect()
+    return model, [f"gptq-4bit: RTN-quantized 4-bit group-{group} weights (speed and memory, not accuracy)"]
 
 
 def _runner_from_torch(model: Any, generate: Callable[..., Any], notes: list[str]) -> Runner:
@@ -167,6 +172,15 @@ def _runner_from_torch(model: Any, generate: Callable[..., Any], notes: list[str
     )
 
 
+@dataclass(frozen=True)
+class LoadSizes:
+    """The largest batch, prompt and total length a loaded runner will see (engines size pools by it)."""
+
+    max_batch: int
+    max_prompt: int
+    max_total: int
+
+
 class Backend:
     """Base class: a name, a one-line summary, an availability check and a loader."""
 
@@ -177,7 +191,9 @@ class Backend:
         """(available, reason) on `device`."""
         return True, ""
 
-    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int) -> Runner:
+    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int,
+             sizes: "LoadSizes") -> Runner:
+        """Build the model for `device`; `sizes` bounds the batches and lengths it will be asked for."""
         raise NotImplementedError
 
 
@@ -191,7 +207,8 @@ class TransformersBackend(Backend):
     def _generate_kwargs(self) -> dict[str, Any]:
         return {} if self.cache_implementation is None else {"cache_implementation": self.cache_implementation}
 
-    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int) -> Runner:
+    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int,
+             sizes: "LoadSizes") -> Runner:
         model = build_torch_model(source, dtype, device, seed)
         model, notes = apply_quantization(model, quantization, device)
         extra = self._generate_kwargs()
@@ -224,39 +241,63 @@ class TransformersCompileBackend(TransformersBackend):
 
 
 class RocmBackend(Backend):
-    """optimum-amdx's own runtime: `AMDModelForCausalLM` (AMD kernels, paged cache, graph-captured decode)."""
+    """optimum-amdx's own runtime: `AMDModelForCausalLM` (AMD kernels, paged KV cache, graph-captured decode).
+
+    The batch goes through the continuous-batching engine directly (one request per row, greedy,
+    no stop tokens, exactly `new_tokens` each), with a clock mark after every engine step in which
+    each request has produced one more token: the first such mark is the time to first token of the
+    whole batch, the others are decode steps.
+    """
 
     name = "rocm"
-    summary = "optimum-amdx AMDModelForCausalLM"
+    summary = "optimum-amdx AMDModelForCausalLM (paged KV cache, graph-captured decode)"
 
     def availability(self, device: str) -> tuple[bool, str]:
         if importlib.util.find_spec("optimum_amdx.modeling") is None:
             return False, "optimum_amdx.modeling is not installed"
         try:
             module = importlib.import_module("optimum_amdx.modeling")
-        except ImportError as err:
-            return False, f"optimum_amdx.modeling failed to import: {err}"
-        if not hasattr(module, "AMDModelForCausalLM"):
-            return False, "optimum_amdx.modeling has no AMDModelForCausalLM yet"
+            getattr(module, "AMDModelForCausalLM")
+        except (ImportError, AttributeError) as err:
+            return False, f"optimum_amdx.modeling.AMDModelForCausalLM is unusable: {err}"
         return True, ""
 
-    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int) -> Runner:
+    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int,
+             sizes: "LoadSizes") -> Runner:
         from ..modeling import AMDModelForCausalLM
+        from ..modeling.sampling import SamplingParams
 
         model = build_torch_model(source, dtype, device, seed)
         model, notes = apply_quantization(model, quantization, device)
-        amd = AMDModelForCausalLM.from_model(model) if hasattr(AMDModelForCausalLM, "from_model") else None
-        if amd is None:
-            raise UnsupportedModelError("AMDModelForCausalLM cannot wrap an already-built model (no from_model()).")
+        amd = AMDModelForCausalLM(model, max_num_seqs=sizes.max_batch,
+                                  max_num_batched_tokens=max(4096, sizes.max_batch * sizes.max_prompt),
+                                  max_model_len=sizes.max_total)
+        if device.startswith("cuda"):
+            notes.append("the engine preallocates its paged KV pool from free GPU memory: peak memory includes it")
 
         def generate(input_ids: Any, attention_mask: Any, new_tokens: int, streamer: Any) -> Any:
             import torch
 
+            engine = amd.engine
+            params = SamplingParams(max_new_tokens=new_tokens, do_sample=False, stop_token_ids=())
+            rows = input_ids.tolist()
+            if streamer is not None:
+                streamer.put(input_ids.cpu())
+            counts = {engine.add_request(row, params): 0 for row in rows}
+            marked = 0
             with torch.inference_mode():
-                return amd.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                    max_new_tokens=new_tokens, streamer=streamer)
+                while engine.has_unfinished():
+                    for out in engine.step():
+                        counts[out.request_id] += len(out.new_token_ids)
+                    while streamer is not None and marked < min(counts.values()):
+                        streamer.put(None)
+                        marked += 1
+            done = engine.run()
+            return [done[rid] for rid in counts]
 
-        return _runner_from_torch(model, generate, notes)
+        runner = _runner_from_torch(model, generate, notes)
+        runner.is_compiled = lambda: amd._engine is not None and bool(amd.engine.uses_graphs)
+        return runner
 
 
 class OrtBackend(Backend):
@@ -276,7 +317,8 @@ class OrtBackend(Backend):
             return False, "optimum_amdx.onnxruntime has no ORTModelForCausalLM yet"
         return True, ""
 
-    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int) -> Runner:
+    def load(self, source: ModelSource, dtype: Any, quantization: str, device: str, seed: int,
+             sizes: "LoadSizes") -> Runner:
         import torch
 
         from ..onnxruntime import ORTModelForCausalLM

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..errors import InvalidArgumentError
 from . import roofline
-from .backends import BACKENDS, QUANTIZATIONS, ModelSource, Runner, get_backend, resolve_source
+from .backends import BACKENDS, QUANTIZATIONS, LoadSizes, ModelSource, Runner, get_backend, resolve_source
 from .schema import SCHEMA_ID, validate
 from .stats import summarize
 
@@ -217,6 +217,8 @@ def run_benchmark(spec: BenchmarkSpec, log: Callable[[str], None] = lambda s: No
     source = resolve_source(spec.model)
     geom = roofline.ModelGeometry.from_config(source.config)
     points = [(b, p, n) for b in spec.batch_sizes for p in spec.prompt_lengths for n in spec.new_tokens]
+    sizes = LoadSizes(max(spec.batch_sizes), max(spec.prompt_lengths),
+                      max(spec.prompt_lengths) + max(spec.new_tokens))
     rows: list[dict[str, Any]] = []
     notes: dict[str, list[str]] = {}
     for name in names:
@@ -228,7 +230,7 @@ def run_benchmark(spec: BenchmarkSpec, log: Callable[[str], None] = lambda s: No
                 base = {"backend": name, "dtype": dtype_label, "quantization": quant}
                 t0 = time.perf_counter()
                 try:
-                    runner = backend.load(source, dtype, quant, device, spec.seed)
+                    runner = backend.load(source, dtype, quant, device, spec.seed, sizes)
                 except Exception as err:  # a backend that cannot load this model: record it, go on
                     log(f"{name} {dtype_label} {quant}: load failed: {_error_text(err)}")
                     rows.extend(dict(base, batch_size=b, prompt_length=p, new_tokens=n, status="error",

@@ -24,6 +24,17 @@ def _series(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {k: sorted(v, key=lambda r: r["batch_size"]) for k, v in lines.items()}
 
 
+def _batch_axis(ax: Any, lines: dict[str, list[dict[str, Any]]]) -> None:
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    batches = sorted({r["batch_size"] for rows in lines.values() for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(batches))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(b) for b in batches])
+    ax.set_xlabel("batch size")
+
+
 def _title(doc: dict[str, Any]) -> str:
     env = doc["environment"]
     return f"{doc['model']['name']} on {env['device_name']} ({env['arch']})"
@@ -51,10 +62,9 @@ def write_plots(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
             p90 = [r[metric]["p90"] * 1e3 for r in rows]
             ax.errorbar(x, med, yerr=[[0] * len(x), [p - m for p, m in zip(p90, med)]], marker="o", capsize=3,
                         label=label)
-        ax.set_xlabel("batch size")
+        _batch_axis(ax, lines)
         ax.set_ylabel("ms (median, bar to p90)")
         ax.set_title(name)
-        ax.set_xscale("log", base=2)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(_title(doc))
@@ -70,9 +80,8 @@ def write_plots(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
         limit = [r["roofline"]["decode"]["tokens_per_s_limit"] for r in rows]
         if all(v is not None for v in limit):
             ax.plot(x, limit, linestyle="--", color=line.get_color(), alpha=0.6, label=f"{label} (bandwidth limit)")
-    ax.set_xlabel("batch size")
+    _batch_axis(ax, lines)
     ax.set_ylabel("decode tokens/s (median)")
-    ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

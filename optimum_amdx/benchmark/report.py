@@ -10,6 +10,16 @@ from .stats import relative_change
 _GIB = float(1 << 30)
 
 
+def _rate(value: float | None, unit: str) -> str:
+    """1.23 TB/s, 45.6 GB/s, 789 GFLOP/s: the largest SI prefix that keeps the number >= 1."""
+    if not value:
+        return "-"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 2) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
 
@@ -28,8 +38,8 @@ def format_results(doc: dict[str, Any]) -> str:
     head = [f"model {doc['model']['name']} ({doc['model']['source']}) on {env['device_name']} [{env['arch']}], "
             f"torch {env['torch']}, transformers {env['transformers']}"]
     if ceil.get("bandwidth_bytes_per_s"):
-        head.append(f"roofline: {ceil['bandwidth_bytes_per_s'] / 1e12:.3f} TB/s ({ceil['bandwidth_source']}), "
-                    f"{_fmt(ceil.get('matmul_flops_per_s'), 1e-12, 1)} TFLOP/s ({ceil.get('matmul_source')})")
+        head.append(f"roofline: {_rate(ceil['bandwidth_bytes_per_s'], 'B/s')} ({ceil['bandwidth_source']}), "
+                    f"{_rate(ceil.get('matmul_flops_per_s'), 'FLOP/s')} ({ceil.get('matmul_source')})")
     else:
         head.append("roofline: no bandwidth known for this device (pass --measure-ceilings or --gpu NAME)")
     headers = ["backend", "dtype", "quant", "batch", "prompt", "new", "TTFT ms", "p90", "TPOT ms", "p90",

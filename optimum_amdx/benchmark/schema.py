@@ -9,8 +9,8 @@ ceilings, tunable_op, backends (name -> availability), results (one row per meas
 A row: backend, dtype, quantization, batch_size, prompt_length, new_tokens, status ("ok",
 "error", "oom", "unavailable"), error, and for "ok" rows the summaries ttft_s, tpot_s, e2e_s,
 itl_s, decode_tokens_per_s (each {n, median, p90, mean, std, min, max}), peak_memory_bytes,
-memory_kind, load_s, warmup_s, compiled, roofline {decode, prefill, tpot_pct_of_limit,
-ttft_pct_of_limit}.
+memory_kind, load_s, warmup_s, compiled (decode ran torch.compile'd or graph-captured),
+roofline {decode, prefill, tpot_pct_of_limit, ttft_pct_of_limit}. Times are seconds, memory bytes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,118 @@
+"""The measuring loop on a scripted clock, backend choice, TunableOp on CPU, and real rocm/gptq runs."""
+
+import types
+
+import pytest
+import torch
+
+from optimum_amdx.benchmark import timing, tunableop
+from optimum_amdx.benchmark.backends import Runner
+from optimum_amdx.benchmark.harness import BenchmarkSpec, choose_backends, measure_point, run_benchmark
+from optimum_amdx.benchmark.schema import validate
+from optimum_amdx.errors import InvalidArgumentError
+
+
+class ScriptedTime:
+    """A perf_counter that only moves when the fake model says so."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+def _scripted_runner(clock, prefill_s, step_s, tail_s, drop_last=False):
+    seen_prompts = []
+
+    def generate(ids, mask, new_tokens, streamer):
+        seen_prompts.append(ids.clone())
+        streamer.put(ids)
+        clock.advance(prefill_s * ids.shape[0])
+        streamer.put(ids[:, :1])
+        for _ in range(new_tokens - 1 - int(drop_last)):
+            clock.advance(step_s)
+            streamer.put(ids[:, :1])
+        clock.advance(tail_s)
+        streamer.end()
+
+    runner = Runner(generate=generate, weight_bytes=1e6, embedding_bytes=1e5, tied_embeddings=False,
+                    kv_element_bytes=2.0, non_embedding_params=4.5e5)
+    return runner, seen_prompts
+
+
+def test_measure_point_splits_prefill_and_decode(monkeypatch):
+    clock = ScriptedTime()
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    runner, prompts = _scripted_runner(clock, prefill_s=0.25, step_s=0.04, tail_s=0.01)
+    m = measure_point(runner, "cpu", vocab=500, batch=3, prompt_length=7, new_tokens=6, warmup=2, repeats=4, seed=0)
+    assert m["ttft_s"]["median"] == pytest.approx(0.75)
+    assert m["tpot_s"]["median"] == pytest.approx(0.04)
+    assert m["itl_s"]["n"] == 4 * 5
+    assert m["e2e_s"]["median"] == pytest.approx(0.75 + 5 * 0.04 + 0.01)
+    assert m["decode_tokens_per_s"]["median"] == pytest.approx(3 / 0.04)
+    assert m["memory_kind"].startswith("process peak RSS")
+    # 2 warm-up + 4 timed prompts, each fresh random [3, 7] ids inside the vocabulary, never all equal
+    assert len(prompts) == 6
+    assert all(p.shape == (3, 7) and 0 < int(p.min()) and int(p.max()) < 500 for p in prompts)
+    assert not torch.equal(prompts[-1], prompts[-2])
+
+
+def test_measure_point_rejects_short_generations(monkeypatch):
+    clock = ScriptedTime()
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    runner, _ = _scripted_runner(clock, 0.1, 0.01, 0.0, drop_last=True)
+    with pytest.raises(RuntimeError, match="streamed 4 new tokens, expected 5"):
+        measure_point(runner, "cpu", 100, 1, 4, 5, 0, 1, 0)
+
+
+def _table(**available):
+    return {name: {"available": ok, "reason": None if ok else "missing", "summary": ""}
+            for name, ok in available.items()}
+
+
+def test_choose_backends():
+    table = _table(transformers=True, **{"transformers-compile": True}, rocm=False, ort=True)
+    assert choose_backends(None, table, "cpu") == ["transformers"]
+    assert choose_backends(None, table, "cuda") == ["transformers", "transformers-compile"]
+    assert choose_backends(["ORT", "transformers"], table, "cpu") == ["ort", "transformers"]
+    with pytest.raises(InvalidArgumentError, match="rocm: missing"):
+        choose_backends(["rocm"], table, "cuda")
+    with pytest.raises(InvalidArgumentError, match="Unknown backend"):
+        choose_backends(["vllm"], table, "cuda")
+
+
+@pytest.mark.parametrize("field,value", [("new_tokens", [1]), ("batch_sizes", [0]), ("repeats", 0),
+                                         ("quantizations", ["awq"])])
+def test_spec_validation(field, value):
+    spec = BenchmarkSpec(model="tiny-llama", device="cpu", **{field: value})
+    with pytest.raises(InvalidArgumentError):
+        run_benchmark(spec)
+
+
+def test_tunable_op_on_cpu_is_a_recorded_no_op(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTORCH_TUNABLEOP_ENABLED", raising=False)
+    state = tunableop.enable("cpu", "cpu", tmp_path)
+    assert state["enabled"] is False and "no effect" in state["note"]
+    assert "PYTORCH_TUNABLEOP_ENABLED" not in __import__("os").environ
+    assert tunableop.results_file(tmp_path, "gfx942").name == "tunableop_results_gfx942.csv"
+
+
+def test_rocm_and_gptq_backends_on_tiny_llama():
+    """Our engine and the 4-bit path run through the harness and stream exactly the asked tokens."""
+    spec = BenchmarkSpec(model="tiny-llama", device="cpu", backends=["rocm", "transformers"],
+                         quantizations=["none", "gptq-4bit"], batch_sizes=[2], prompt_lengths=[6],
+                         new_tokens=[4], warmup=0, repeats=1, seed=5)
+    doc = validate(run_benchmark(spec))
+    rows = {(r["backend"], r["quantization"]): r for r in doc["results"]}
+    assert set(rows) == {("rocm", "none"), ("rocm", "gptq-4bit"), ("transformers", "none"),
+                         ("transformers", "gptq-4bit")}
+    for key, row in rows.items():
+        assert row["status"] == "ok", (key, row.get("error"))
+        assert row["ttft_s"]["median"] > 0 and row["tpot_s"]["median"] > 0
+    full = rows[("transformers", "none")]["roofline"]["decode"]["weight_bytes"]
+    quant = rows[("transformers", "gptq-4bit")]["roofline"]["decode"]["weight_bytes"]
+    assert quant < full
