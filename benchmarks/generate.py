@@ -1,0 +1,294 @@
+"""Generation benchmark: AMDModelForCausalLM vs transformers' generate on a random-weight model.
+
+Builds a named shape (default Llama-2-7B) with random fp16 weights on the GPU (no download) and
+measures, in one run:
+  - ceilings: copy bandwidth (bytes read + written / s) and fp16 matmul rate;
+  - batch 1: TTFT for a 2048-token prompt, TPOT and tokens/s for a 128-token prompt;
+  - throughput at batch 8/32/64: prompts of 128-512 tokens, 128-256 new tokens each (seeded);
+  - transformers' generate on the same model: dynamic cache (eager) and static cache + torch.compile.
+Roofline for batch-1 decode = copy bandwidth / weight bytes (every weight is read once per token).
+Throughput counts the new tokens the requests asked for; transformers generates every row of a
+padded batch up to the longest request, which is its real cost for that workload ("raw" also shown).
+
+    python benchmarks/generate.py --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+
+class TimingStreamer:
+    """TextStreamer-compatible put()/end() that timestamps each token (put receives host tensors)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+    def ttft_tpot(self, start: float) -> tuple[float, float]:
+        tokens = self.times[1:]  # first put is the prompt
+        ttft = tokens[0] - start
+        tpot = (tokens[-1] - tokens[0]) / max(1, len(tokens) - 1)
+        return ttft, tpot
+
+
+def copy_bandwidth(device: torch.device, nbytes: int = 2 << 30) -> float:
+    """Bytes read + written per second by a device-to-device copy, median of 20."""
+    src = torch.randn(nbytes // 2, dtype=torch.float16, device=device)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(25):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3)
+    del src, dst
+    return 2 * nbytes / statistics.median(times[5:])
+
+
+def matmul_rate(device: torch.device, n: int = 8192) -> float:
+    a = torch.randn(n, n, dtype=torch.float16, device=device)
+    b = torch.randn(n, n, dtype=torch.float16, device=device)
+    times = []
+    for _ in range(12):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3)
+    return 2 * n**3 / statistics.median(times[3:])
+
+
+def make_prompts(n: int, lo: int, hi: int, vocab: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(lo, hi + 1, (n,), generator=g).tolist()
+    return [torch.randint(3, vocab, (length,), generator=g).tolist() for length in lengths]
+
+
+def make_new_tokens(n: int, lo: int, hi: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed + 1)
+    return torch.randint(lo, hi + 1, (n,), generator=g).tolist()
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, out
+
+
+def left_pad(prompts: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    return ids, mask
+
+
+def hf_run(model, prompts, new_tokens: int, cache=None, streamer=None) -> None:
+    ids, mask = left_pad(prompts, model.device)
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    if cache is not None:
+        cache.reset()
+        kwargs["past_key_values"] = cache
+    with torch.inference_mode():
+        model.generate(ids, attention_mask=mask, streamer=streamer, **kwargs)
+
+
+def bench_transformers(model, args, batch_prompts, batch_news, results: dict) -> None:
+    from transformers import StaticCache
+
+    vocab = model.config.vocab_size
+    p1 = make_prompts(1, args.decode_prompt, args.decode_prompt, vocab, 1)
+    long = make_prompts(1, args.ttft_len, args.ttft_len, vocab, 2)
+    hf = results.setdefault("transformers", {})
+    model.set_attn_implementation("sdpa")
+    hf_run(model, long, 1)
+    ttft = [timed(lambda: hf_run(model, long, 1))[0] for _ in range(3)]
+    hf["sdpa_eager_ttft_s"] = statistics.median(ttft)
+    hf_run(model, p1, 8)
+    s = TimingStreamer()
+    t0 = time.perf_counter()
+    hf_run(model, p1, args.decode_tokens, streamer=s)
+    hf["eager_b1_tpot_s"] = s.ttft_tpot(t0)[1]
+    if not args.skip_compile:
+        cache = StaticCache(config=model.config, max_cache_len=args.decode_prompt + args.decode_tokens)
+        tc, _ = timed(lambda: hf_run(model, p1, args.decode_tokens, cache=cache))
+        hf_run(model, p1, args.decode_tokens, cache=cache)
+        s = TimingStreamer()
+        t0 = time.perf_counter()
+        hf_run(model, p1, args.decode_tokens, cache=cache, streamer=s)
+        hf["static_compile_b1_tpot_s"] = s.ttft_tpot(t0)[1]
+        hf["static_compile_b1_first_call_s"] = tc
+        del cache
+    for b in args.hf_batch_sizes:
+        prompts, news = batch_prompts[b], batch_news[b]
+        useful = sum(news)
+        t, _ = timed(lambda: hf_run(model, prompts, max(news)))
+        hf[f"eager_b{b}_s"] = t
+        hf[f"eager_b{b}_tok_s"] = useful / t
+        hf[f"eager_b{b}_raw_tok_s"] = b * max(news) / t
+        print(f"  transformers eager b{b}: {useful / t:.0f} tok/s", flush=True)
+        if not args.skip_compile:
+            cache = StaticCache(config=model.config, max_cache_len=max(map(len, prompts)) + max(news))
+            tc, _ = timed(lambda: hf_run(model, prompts, max(news), cache=cache))
+            t, _ = timed(lambda: hf_run(model, prompts, max(news), cache=cache))
+            hf[f"static_compile_b{b}_s"] = t
+            hf[f"static_compile_b{b}_tok_s"] = useful / t
+            hf[f"static_compile_b{b}_raw_tok_s"] = b * max(news) / t
+            hf[f"static_compile_b{b}_first_call_s"] = tc
+            print(f"  transformers static+compile b{b}: {useful / t:.0f} tok/s (first call {tc:.0f} s)", flush=True)
+            del cache
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def bench_ours(model, args, batch_prompts, batch_news, results: dict) -> None:
+    from optimum_amdx.modeling import AMDModelForCausalLM, SamplingParams
+
+    vocab = model.config.vocab_size
+    t_build = time.perf_counter()
+    am = AMDModelForCausalLM(model, max_num_seqs=max(args.batch_sizes), memory_fraction=args.memory_fraction,
+                             max_model_len=args.max_model_len, block_size=args.block_size,
+                             max_num_batched_tokens=args.max_num_batched_tokens)
+    engine = am.engine
+    ours = results.setdefault("amdx", {})
+    ours["engine_build_s"] = time.perf_counter() - t_build
+    ours["kv_blocks"] = engine.num_blocks
+    ours["graphs"] = engine.uses_graphs
+    ours["graph_error"] = engine.runner.graph_error
+    p1 = make_prompts(1, args.decode_prompt, args.decode_prompt, vocab, 1)
+    long = make_prompts(1, args.ttft_len, args.ttft_len, vocab, 2)
+    greedy = dict(do_sample=False, eos_token_id=None)
+    am.generate(long, max_new_tokens=1, **greedy)
+    ttft = [timed(lambda: am.generate(long, max_new_tokens=1, **greedy))[0] for _ in range(3)]
+    ours["ttft_s"] = statistics.median(ttft)
+    am.generate(p1, max_new_tokens=8, **greedy)
+    tpots = []
+    for _ in range(3):
+        s = TimingStreamer()
+        t0 = time.perf_counter()
+        am.generate(torch.tensor(p1), max_new_tokens=args.decode_tokens, streamer=s, **greedy)
+        tpots.append(s.ttft_tpot(t0)[1])
+    ours["b1_tpot_s"] = statistics.median(tpots)
+    for b in args.batch_sizes:
+        prompts, news = batch_prompts[b], batch_news[b]
+        params = [SamplingParams(max_new_tokens=n) for n in news]
+        engine.generate(prompts[: min(b, 4)], [SamplingParams(max_new_tokens=4)] * min(b, 4))
+        t, outs = timed(lambda: engine.generate(prompts, params))
+        assert [len(o) for o in outs] == news
+        assert engine.num_free_blocks == engine.num_blocks
+        ours[f"b{b}_s"] = t
+        ours[f"b{b}_tok_s"] = sum(news) / t
+        print(f"  amdx b{b}: {sum(news) / t:.0f} tok/s", flush=True)
+    ours["preemptions"] = engine.scheduler.num_preemptions
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", default="llama-2-7b")
+    parser.add_argument("--batch-sizes", default="8,32,64")
+    parser.add_argument("--hf-batch-sizes", default="64", help="batches also run through transformers ('' = none)")
+    parser.add_argument("--prompt-range", default="128,512")
+    parser.add_argument("--new-range", default="128,256")
+    parser.add_argument("--ttft-len", type=int, default=2048)
+    parser.add_argument("--decode-prompt", type=int, default=128)
+    parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=4096)
+    parser.add_argument("--memory-fraction", type=float, default=0.85)
+    parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--skip-compile", action="store_true", help="skip transformers static cache + compile")
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    args.batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b]
+    args.hf_batch_sizes = [int(b) for b in args.hf_batch_sizes.split(",") if b]
+    p_lo, p_hi = map(int, args.prompt_range.split(","))
+    n_lo, n_hi = map(int, args.new_range.split(","))
+    if not torch.cuda.is_available():
+        print("benchmarks/generate.py needs a GPU.", file=sys.stderr)
+        return 2
+    from transformers import AutoModelForCausalLM
+
+    from optimum_amdx.models.shapes import parameter_count, shape_config
+
+    device = torch.device("cuda")
+    results: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "shape": args.shape,
+                               "torch": torch.__version__, "hip": torch.version.hip}
+    results["copy_bw_Bps"] = copy_bandwidth(device)
+    results["matmul_flops"] = matmul_rate(device)
+    config = shape_config(args.shape)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float16)
+    model.eval()
+    model.generation_config.eos_token_id = None
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    results["params"] = parameter_count(config)
+    results["weight_bytes"] = weight_bytes
+    results["roofline_b1_tok_s"] = results["copy_bw_Bps"] / weight_bytes
+    results["ttft_floor_s"] = 2 * results["params"] * args.ttft_len / results["matmul_flops"]
+    vocab = config.vocab_size
+    batch_prompts = {b: make_prompts(b, p_lo, p_hi, vocab, 100 + b) for b in set(args.batch_sizes + args.hf_batch_sizes)}
+    batch_news = {b: make_new_tokens(b, n_lo, n_hi, 100 + b) for b in batch_prompts}
+    print(f"{results['device']}: copy {results['copy_bw_Bps'] / 1e12:.2f} TB/s, matmul "
+          f"{results['matmul_flops'] / 1e12:.0f} TF/s, weights {weight_bytes / 1e9:.2f} GB, "
+          f"roofline {results['roofline_b1_tok_s']:.0f} tok/s", flush=True)
+    if not args.skip_transformers:
+        bench_transformers(model, args, batch_prompts, batch_news, results)
+        gc.collect()
+        torch.cuda.empty_cache()
+    bench_ours(model, args, batch_prompts, batch_news, results)
+    print_table(results, args)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+def print_table(r: dict, args) -> None:
+    ours, hf = r.get("amdx", {}), r.get("transformers", {})
+    roof = r["roofline_b1_tok_s"]
+    rows = [("metric", "amdx", "transformers eager", "transformers static+compile")]
+
+    def tok(x):
+        return f"{x:.0f}" if x else "-"
+
+    rows.append(("b1 decode tok/s", f"{1 / ours['b1_tpot_s']:.0f} ({100 / ours['b1_tpot_s'] / roof:.0f}% roof)",
+                 tok(1 / hf["eager_b1_tpot_s"]) if "eager_b1_tpot_s" in hf else "-",
+                 tok(1 / hf["static_compile_b1_tpot_s"]) if "static_compile_b1_tpot_s" in hf else "-"))
+    rows.append(("b1 TPOT ms", f"{1e3 * ours['b1_tpot_s']:.2f}",
+                 f"{1e3 * hf['eager_b1_tpot_s']:.2f}" if "eager_b1_tpot_s" in hf else "-",
+                 f"{1e3 * hf['static_compile_b1_tpot_s']:.2f}" if "static_compile_b1_tpot_s" in hf else "-"))
+    rows.append((f"TTFT({args.ttft_len}) ms", f"{1e3 * ours['ttft_s']:.1f}",
+                 f"{1e3 * hf['sdpa_eager_ttft_s']:.1f} (sdpa)" if "sdpa_eager_ttft_s" in hf else "-", "-"))
+    for b in args.batch_sizes:
+        rows.append((f"b{b} tok/s", tok(ours.get(f"b{b}_tok_s")), tok(hf.get(f"eager_b{b}_tok_s")),
+                     tok(hf.get(f"static_compile_b{b}_tok_s"))))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    print(f"\n{r['device']} | {r['shape']} fp16 | roofline {roof:.0f} tok/s "
+          f"(copy {r['copy_bw_Bps'] / 1e12:.2f} TB/s / {r['weight_bytes'] / 1e9:.2f} GB) | "
+          f"TTFT floor {1e3 * r['ttft_floor_s']:.1f} ms | graphs={ours.get('graphs')} blocks={ours.get('kv_blocks')}")
+    for row in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
