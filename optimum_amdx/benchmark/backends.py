@@ -65,17 +65,17 @@ class Runner:
     cleanup: Callable[[], None] = lambda: None
 
     def close(self) -> None:
-        """Release the model and its device memory."""
+        """Drop every reference to the model (closures included) and return its device memory."""
+        import torch
+
         self.cleanup()
         self.generate = None  # type: ignore[assignment]
+        self.is_compiled = lambda: False
+        self.cleanup = lambda: None
+        torch._dynamo.reset()
         gc.collect()
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        except ImportError:
-            pass
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def _tensor_bytes(module: Any) -> tuple[float, float, bool, float]:
@@ -296,7 +296,15 @@ class RocmBackend(Backend):
             return [done[rid] for rid in counts]
 
         runner = _runner_from_torch(model, generate, notes)
-        runner.is_compiled = lambda: amd._engine is not None and bool(amd.engine.uses_graphs)
+        drop_model = runner.cleanup
+
+        def cleanup() -> None:
+            nonlocal amd, model
+            amd = model = None
+            drop_model()
+
+        runner.is_compiled = lambda: amd is not None and amd._engine is not None and bool(amd.engine.uses_graphs)
+        runner.cleanup = cleanup
         return runner
 
 

@@ -212,6 +212,7 @@ def run_benchmark(spec: BenchmarkSpec, log: Callable[[str], None] = lambda s: No
     names = choose_backends(spec.backends, table, device)
     if not names:
         raise InvalidArgumentError("No backend is available on this machine; install transformers or name one explicitly.")
+    spec.backends = names
     log(f"device: {env['device_name']} ({env['arch']}); backends: {', '.join(names)}")
     ceil = ceilings(env, device, spec.gpu, spec.measure_ceilings)
     source = resolve_source(spec.model)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from .schema import row_key
+from ..errors import InvalidArgumentError
+from .schema import row_key, validate
 from .stats import relative_change
 
 _GIB = float(1 << 30)
@@ -133,3 +135,29 @@ def format_compare(result: dict[str, Any]) -> str:
     for w in result["warnings"]:
         lines.append(f"  warning: {w}")
     return "\n".join(lines)
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document from runs of the same model on the same device (e.g. one process per backend).
+
+    The first document's environment and ceilings are kept; points must not repeat.
+    """
+    if not docs:
+        raise InvalidArgumentError("--merge needs at least one results file.")
+    first = docs[0]
+    for other in docs[1:]:
+        for section, key in (("environment", "device_name"), ("model", "name")):
+            if other[section][key] != first[section][key]:
+                raise InvalidArgumentError(
+                    f"Cannot merge results of different {section} {key}s ({first[section][key]!r} vs "
+                    f"{other[section][key]!r}); use --compare for before/after across setups."
+                )
+    out = copy.deepcopy(first)
+    out["settings"] = dict(out["settings"], merged_from=[d["created"] for d in docs])
+    out["results"] = [row for d in docs for row in d["results"]]
+    for d in docs[1:]:
+        for name, info in d["backends"].items():
+            if info["available"] or name not in out["backends"]:
+                out["backends"][name] = info
+        out.setdefault("notes", {}).update(d.get("notes") or {})
+    return validate(out)

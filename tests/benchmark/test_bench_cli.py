@@ -86,3 +86,26 @@ def test_command_module_imports_no_torch():
     code = ("import sys, optimum_amdx.cli.commands.benchmark, optimum_amdx.benchmark; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_merge_rebuilds_a_split_run(tiny_run, tmp_path, capsys):
+    doc = tiny_run[2]
+    parts = []
+    for i, row in enumerate(doc["results"]):
+        part = copy.deepcopy(doc)
+        part["results"] = [row]
+        (tmp_path / f"p{i}.json").write_text(json.dumps(part))
+        parts.append(str(tmp_path / f"p{i}.json"))
+    out = tmp_path / "merged"
+    assert main(["benchmark", "--merge", *parts, "--output-dir", str(out)]) == 0
+    merged = json.loads((out / "results.json").read_text())
+    assert merged["results"] == doc["results"]
+    assert (out / "throughput.png").read_bytes().startswith(PNG_MAGIC)
+    capsys.readouterr()
+    assert main(["benchmark", "--merge", parts[0], parts[0], "--output-dir", str(tmp_path / "dup")]) == 2
+    assert "duplicate point" in capsys.readouterr().err
+    other = copy.deepcopy(doc)
+    other["environment"]["device_name"] = "AMD Instinct MI300X"
+    (tmp_path / "mi300.json").write_text(json.dumps(other))
+    assert main(["benchmark", "--merge", parts[0], str(tmp_path / "mi300.json"), "-o", str(tmp_path / "x")]) == 2
+    assert "different environment device_names" in capsys.readouterr().err

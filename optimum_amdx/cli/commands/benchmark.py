@@ -61,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
                         help="compare two results.json files and print before/after deltas (runs nothing)")
+    parser.add_argument("--merge", nargs="+", metavar="RESULTS", default=None,
+                        help="combine results.json files of one model and device (e.g. one run per backend) into "
+                             "one report in --output-dir (runs nothing)")
 
 
 def _default_output(model: str) -> str:
@@ -78,14 +81,42 @@ def _run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.compare:
-        return _run_compare(args)
-    from ...benchmark.harness import BenchmarkSpec, run_benchmark
+def _write_outputs(doc: dict, out_path: str, args: argparse.Namespace) -> None:
     from ...benchmark.plots import write_plots
     from ...benchmark.report import format_results
     from ...benchmark.schema import dump
-    from ...io import atomic_output_dir, check_output_dir
+    from ...io import atomic_output_dir
+
+    table = format_results(doc)
+    with atomic_output_dir(out_path, args.overwrite) as tmp:
+        dump(doc, tmp / "results.json")
+        (tmp / "table.txt").write_text(table + "\n", encoding="utf-8")
+        plots = [] if args.no_plots else write_plots(doc, tmp)
+    print(json.dumps(doc, indent=2, sort_keys=True) if args.json else table)
+    ok = sum(r["status"] == "ok" for r in doc["results"])
+    names = ", ".join(["results.json", "table.txt"] + [p.name for p in plots])
+    print(f"{ok}/{len(doc['results'])} points measured; wrote {names} to {out_path}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.compare and args.merge:
+        from ...errors import InvalidArgumentError
+
+        raise InvalidArgumentError("--compare and --merge are separate actions; give one of them.")
+    if args.compare:
+        return _run_compare(args)
+    from ...io import check_output_dir
+
+    if args.merge:
+        from ...benchmark.report import merge
+        from ...benchmark.schema import load
+
+        doc = merge([load(path) for path in args.merge])
+        out_path = args.output_dir or _default_output(f"{doc['model']['name']}-merged")
+        check_output_dir(out_path, args.overwrite)
+        _write_outputs(doc, out_path, args)
+        return 0
+    from ...benchmark.harness import BenchmarkSpec, run_benchmark
 
     out_path = args.output_dir or _default_output(args.model)
     check_output_dir(out_path, args.overwrite)
@@ -97,19 +128,8 @@ def run(args: argparse.Namespace) -> int:
     )
     _quiet_transformers()
     doc = run_benchmark(spec, log=lambda line: print(line, file=sys.stderr, flush=True))
-    table = format_results(doc)
-    with atomic_output_dir(out_path, args.overwrite) as tmp:
-        dump(doc, tmp / "results.json")
-        (tmp / "table.txt").write_text(table + "\n", encoding="utf-8")
-        plots = [] if args.no_plots else write_plots(doc, tmp)
-    if args.json:
-        print(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        print(table)
-    ok = sum(r["status"] == "ok" for r in doc["results"])
-    names = ", ".join(["results.json", "table.txt"] + [p.name for p in plots])
-    print(f"{ok}/{len(doc['results'])} points measured; wrote {names} to {out_path}", file=sys.stderr)
-    return 0 if ok else 1
+    _write_outputs(doc, out_path, args)
+    return 0 if any(r["status"] == "ok" for r in doc["results"]) else 1
 
 
 def _quiet_transformers() -> None:
