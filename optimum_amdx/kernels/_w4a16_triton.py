@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .compile_spec import AMD_ARCHS, CompileSpec
+from .compile_spec import CompileSpec
 from .runtime import arch_family, device_arch, interpret_mode
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ GEMV_CONFIGS: dict[str, dict[str, Any]] = {
     "cdna2": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
     "cdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
     "cdna4": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
-    "rdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
+    "rdna3": {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 4},
     "hopper": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "programs_per_cu": 4},
     "default": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "programs_per_cu": 4},
 }
@@ -166,7 +166,7 @@ GEMM_CONFIGS: dict[str, dict[str, Any]] = {
               "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2},
     "cdna4": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 2,
               "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 1},
-    "rdna3": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 2,
+    "rdna3": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 2,
               "waves_per_eu": 0},
     "hopper": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
     "default": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 2},
@@ -280,7 +280,11 @@ _COMMON_SIG = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*
                "bias_ptr": "*fp16", "out_ptr": "*fp16"}
 
 
-def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool) -> CompileSpec:
+_CDNA = ("gfx90a", "gfx942", "gfx950")
+_RDNA3 = ("gfx1100",)
+
+
+def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[str, ...]) -> CompileSpec:
     sig = dict(_COMMON_SIG, ws_ptr="*fp32", cnt_ptr="*i32", M="i32", N="i32", K="i32", stride_xm="i32",
                stride_om="i32", tiles_per_split="i32")
     names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS")
@@ -289,8 +293,8 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool) -> CompileSpec
     def options(arch: str) -> dict[str, Any]:
         return launch_options(_family_config(GEMV_CONFIGS, arch), arch)
 
-    cfg0 = GEMV_CONFIGS["cdna3"]
-    tag = ("asym" if zeros else "sym") + (",act-order" if perm else "")
+    cfg0 = _family_config(GEMV_CONFIGS, archs[-1])
+    tag = ("asym" if zeros else "sym") + (",act-order" if perm else "") + (",rdna3" if archs == _RDNA3 else "")
     return CompileSpec(
         name=f"w4a16_gemv[m{block_m},g128,split{split},{tag}]",
         kernel=_w4a16_gemv_kernel,
@@ -300,10 +304,11 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool) -> CompileSpec
         options=options,
         hot=True,
         uses_dot=block_m > 1,
+        archs=archs,
     )
 
 
-def _gemm_spec(zeros: bool, perm: bool, group: int) -> CompileSpec:
+def _gemm_spec(zeros: bool, perm: bool, group: int, archs: tuple[str, ...]) -> CompileSpec:
     sig = dict(_COMMON_SIG, M="i32", N="i32", K="i32", stride_xm="i32", stride_om="i32")
     names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS")
     sig.update({c: "constexpr" for c in names})
@@ -311,8 +316,8 @@ def _gemm_spec(zeros: bool, perm: bool, group: int) -> CompileSpec:
     def options(arch: str) -> dict[str, Any]:
         return launch_options(_family_config(GEMM_CONFIGS, arch), arch)
 
-    cfg0 = GEMM_CONFIGS["cdna3"]
-    tag = ("asym" if zeros else "sym") + (",act-order" if perm else "")
+    cfg0 = _family_config(GEMM_CONFIGS, archs[-1])
+    tag = ("asym" if zeros else "sym") + (",act-order" if perm else "") + (",rdna3" if archs == _RDNA3 else "")
     return CompileSpec(
         name=f"w4a16_gemm[g{group},{tag}]",
         kernel=_w4a16_gemm_kernel,
@@ -323,15 +328,19 @@ def _gemm_spec(zeros: bool, perm: bool, group: int) -> CompileSpec:
         options=options,
         hot=True,
         uses_dot=True,
-        archs=AMD_ARCHS,
+        archs=archs,
     )
 
 
 AMD_COMPILE_SPECS: list[CompileSpec] = [
-    _gemv_spec(1, 1, False, False),
-    _gemv_spec(1, 8, True, True),
-    _gemv_spec(16, 4, True, False),
-    _gemm_spec(False, False, 128),
-    _gemm_spec(True, True, 128),
-    _gemm_spec(True, False, 32),
+    spec
+    for archs in (_CDNA, _RDNA3)
+    for spec in (
+        _gemv_spec(1, 1, False, False, archs),
+        _gemv_spec(1, 8, True, True, archs),
+        _gemv_spec(16, 4, True, False, archs),
+        _gemm_spec(False, False, 128, archs),
+        _gemm_spec(True, True, 128, archs),
+        _gemm_spec(True, False, 32, archs),
+    )
 ]
