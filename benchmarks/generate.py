@@ -16,6 +16,7 @@ padded batch up to the longest request, which is its real cost for that workload
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import statistics
@@ -111,7 +112,7 @@ def hf_run(model, prompts, new_tokens: int, cache=None, streamer=None) -> None:
         model.generate(ids, attention_mask=mask, streamer=streamer, **kwargs)
 
 
-def bench_transformers(model, args, batch_prompts, batch_news, results: dict) -> None:
+def bench_transformers(model, args, batch_prompts, batch_news, results: dict, save: Callable[[], None]) -> None:
     from transformers import StaticCache
 
     vocab = model.config.vocab_size
@@ -137,6 +138,7 @@ def bench_transformers(model, args, batch_prompts, batch_news, results: dict) ->
         hf["static_compile_b1_tpot_s"] = s.ttft_tpot(t0)[1]
         hf["static_compile_b1_first_call_s"] = tc
         del cache
+    save()
     for b in args.hf_batch_sizes:
         prompts, news = batch_prompts[b], batch_news[b]
         useful = sum(news)
@@ -155,6 +157,7 @@ def bench_transformers(model, args, batch_prompts, batch_news, results: dict) ->
             hf[f"static_compile_b{b}_first_call_s"] = tc
             print(f"  transformers static+compile b{b}: {useful / t:.0f} tok/s (first call {tc:.0f} s)", flush=True)
             del cache
+        save()
         gc.collect()
         torch.cuda.empty_cache()
 
@@ -198,6 +201,8 @@ def bench_ours(model, args, batch_prompts, batch_news, results: dict) -> None:
         ours[f"b{b}_tok_s"] = sum(news) / t
         print(f"  amdx b{b}: {sum(news) / t:.0f} tok/s", flush=True)
     ours["preemptions"] = engine.scheduler.num_preemptions
+    print_table(results, args)
+    del am, engine
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,16 +256,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{results['device']}: copy {results['copy_bw_Bps'] / 1e12:.2f} TB/s, matmul "
           f"{results['matmul_flops'] / 1e12:.0f} TF/s, weights {weight_bytes / 1e9:.2f} GB, "
           f"roofline {results['roofline_b1_tok_s']:.0f} tok/s", flush=True)
-    if not args.skip_transformers:
-        bench_transformers(model, args, batch_prompts, batch_news, results)
-        gc.collect()
-        torch.cuda.empty_cache()
+    save = functools.partial(_save, results, args.out)
     bench_ours(model, args, batch_prompts, batch_news, results)
+    save()
+    gc.collect()
+    torch.cuda.empty_cache()
+    if not args.skip_transformers:
+        bench_transformers(model, args, batch_prompts, batch_news, results, save)
+    save()
     print_table(results, args)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
     return 0
+
+
+def _save(results: dict, path: str | None) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=2)
 
 
 def print_table(r: dict, args) -> None:

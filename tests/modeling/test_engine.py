@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from optimum_amdx.errors import InvalidArgumentError
