@@ -194,9 +194,6 @@ def _build_config(p: Placement, task: str, precision: str, nvme_path: str | None
         if p.offload_optimizer == "nvme" or p.offload_param == "nvme":
             config["aio"] = {"block_size": 1_048_576, "queue_depth": 8, "single_submit": False,
                              "overlap_events": True, "thread_count": 1}
-        if p.activation_checkpointing:
-            config["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization":
-                                                  False, "cpu_checkpointing": False}
     return config
 
 
@@ -290,6 +287,9 @@ def _explain(est: MemoryEstimate, rejected: list[tuple[str, float]], gpu: GPUPro
         text += f" Cheaper setups do not fit (e.g. {first[0]}: {first[1]:.1f} GB per GPU)."
     else:
         text += " It is the cheapest setup in communication, so nothing heavier is needed."
+    if est.placement.activation_checkpointing:
+        text += (" The estimate assumes activation checkpointing: turn it on in the Trainer with "
+                 "TrainingArguments(gradient_checkpointing=True) (or model.gradient_checkpointing_enable()).")
     if est.cpu_bytes_per_node:
         text += f" Offload puts {est.cpu_bytes_per_node / GB:.0f} GB in host memory per node."
     if est.nvme_bytes_per_node:
