@@ -12,13 +12,13 @@ output plus its log2-sum-exp; `_split_reduce_kernel` combines the slices (flash-
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-from optimum_amdx.kernels.runtime import interpret_mode
 from optimum_amdx.kernels.attention_configs import (
     choose_num_splits,
     next_pow2,
@@ -27,6 +27,7 @@ from optimum_amdx.kernels.attention_configs import (
     split_reduce_config,
     unified_config,
 )
+from optimum_amdx.kernels.runtime import interpret_mode
 
 LOG2E = 1.4426950408889634
 
@@ -283,10 +284,16 @@ def upcast_dot(t: torch.Tensor) -> bool:
     return interpret_mode() and t.dtype == torch.bfloat16
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 def _num_sms(device: torch.device) -> int:
+    """Compute units (SMs / CUs) of the tensor's GPU; 1 on the CPU interpreter."""
     if device.type != "cuda":
         return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def unified_attention_triton(
@@ -325,7 +332,7 @@ def unified_attention_triton(
     num_q_blocks = total_q // block_q + num_seqs
     if num_splits is None:
         num_splits = choose_num_splits(
-            family, num_q_blocks * num_kv_heads, max_seq_len, max_query_len, _num_sms(q.device), consts["BLOCK_N"]
+            family, num_seqs, num_kv_heads, max_seq_len, max_query_len, _num_sms(q.device), consts["BLOCK_N"]
         )
     num_splits = max(1, int(num_splits))
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)

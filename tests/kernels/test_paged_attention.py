@@ -21,7 +21,9 @@ from optimum_amdx.kernels.paged_attention import (
 )
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-TOL = {torch.float16: (3e-3, 1e-2), torch.bfloat16: (2e-2, 2e-2), torch.float32: (1e-4, 1e-4)}
+# fp32 inputs go through TF32 tensor-core dots on a GPU (as torch matmul with TF32 allowed).
+TOL = {torch.float16: (3e-3, 1e-2), torch.bfloat16: (2e-2, 2e-2),
+       torch.float32: (5e-3, 1e-2) if DEVICE == "cuda" else (1e-4, 1e-4)}
 
 
 def make_batch(
