@@ -343,14 +343,18 @@ class OrtBackend(Backend):
                 del cpu_model
             else:
                 model_dir = source.path
-            ort_model = ORTModelForCausalLM.from_pretrained(model_dir, export=True)
+            cache = tmp / "onnx" if source.kind == "shape" else None
+            export_dtype = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+            ort_model = ORTModelForCausalLM.from_pretrained(model_dir, export=True, cache_dir=cache,
+                                                            export_kwargs={"dtype": export_dtype})
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         providers = getattr(ort_model, "providers", None)
         if providers:
             notes.append(f"ONNX Runtime providers in use: {', '.join(providers)}")
-        total, emb, tied, non_emb = _fp32_geometry_bytes(source)
+        element = float(torch.empty((), dtype=dtype).element_size())
+        total, emb, tied, non_emb = _geometry_bytes(source, element)
 
         def generate(input_ids: Any, attention_mask: Any, new_tokens: int, streamer: Any) -> Any:
             return ort_model.generate(input_ids=input_ids.cpu(), attention_mask=attention_mask.cpu(),
@@ -358,12 +362,12 @@ class OrtBackend(Backend):
                                       do_sample=False, streamer=streamer)
 
         return Runner(generate=generate, weight_bytes=total, embedding_bytes=emb, tied_embeddings=tied,
-                      kv_element_bytes=4.0, non_embedding_params=non_emb, notes=notes,
+                      kv_element_bytes=element, non_embedding_params=non_emb, notes=notes,
                       cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True))
 
 
-def _fp32_geometry_bytes(source: ModelSource) -> tuple[float, float, bool, float]:
-    """fp32 byte counts from a shape's parameter count (the ONNX weights are fp32)."""
+def _geometry_bytes(source: ModelSource, element_bytes: float) -> tuple[float, float, bool, float]:
+    """Byte counts of an exported graph's weights, from the config's parameter count."""
     from ..models.shapes import parameter_count
 
     cfg = source.config
@@ -371,7 +375,7 @@ def _fp32_geometry_bytes(source: ModelSource) -> tuple[float, float, bool, float
     emb = cfg.vocab_size * cfg.hidden_size
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     non_emb = params - emb + (emb if tied else 0)
-    return 4.0 * params, 4.0 * emb, tied, float(non_emb)
+    return element_bytes * params, element_bytes * emb, tied, float(non_emb)
 
 
 BACKENDS: dict[str, Backend] = {

@@ -116,3 +116,14 @@ def test_rocm_and_gptq_backends_on_tiny_llama():
     full = rows[("transformers", "none")]["roofline"]["decode"]["weight_bytes"]
     quant = rows[("transformers", "gptq-4bit")]["roofline"]["decode"]["weight_bytes"]
     assert quant < full
+
+
+def test_ort_backend_exports_on_the_fly(tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("OPTIMUM_AMDX_CACHE", str(tmp_path / "cache"))
+    spec = BenchmarkSpec(model="tiny-llama", device="cpu", backends=["ort"], batch_sizes=[1, 3],
+                         prompt_lengths=[5], new_tokens=[3], warmup=1, repeats=1, seed=2)
+    doc = validate(run_benchmark(spec))
+    assert [r["status"] for r in doc["results"]] == ["ok", "ok"], [r.get("error") for r in doc["results"]]
+    assert any("CPUExecutionProvider" in n for n in doc["notes"]["ort/float32/none"])
+    assert not (tmp_path / "cache" / "onnx").exists()  # the random shape's export stays in its temp folder
