@@ -45,17 +45,22 @@ def _rms_norm_kernel(
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
+    # Arithmetic in float32, rounded to the storage dtype where HF rounds: one fp32 add or
+    # multiply of two fp16/bf16 values rounded once equals the native half-precision operation.
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
+    in_ty = x.dtype
+    xf = x.to(tl.float32)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
-        x = x + r
-        tl.store(h_ptr + row * h_stride + cols, x, mask=mask)
-    xf = x.to(tl.float32)
+        h = (xf + r.to(tl.float32)).to(in_ty)
+        tl.store(h_ptr + row * h_stride + cols, h, mask=mask)
+        xf = h.to(tl.float32)
     var = tl.sum(xf * xf, axis=0) / n_cols
-    normed = (xf * tl.math.rsqrt(var + eps)).to(x.dtype)
+    normed = (xf * tl.math.rsqrt(var + eps)).to(in_ty)
+    out_ty = y_ptr.dtype.element_ty
     w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-    y = w.to(y_ptr.dtype.element_ty) * normed.to(y_ptr.dtype.element_ty)
-    tl.store(y_ptr + row * y_stride + cols, y, mask=mask)
+    y = w.to(out_ty).to(tl.float32) * normed.to(out_ty).to(tl.float32)
+    tl.store(y_ptr + row * y_stride + cols, y.to(out_ty), mask=mask)
 
 
 def _num_warps(block: int) -> int:

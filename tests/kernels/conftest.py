@@ -1,8 +1,9 @@
 """Kernel tests run Triton kernels in the CPU interpreter unless a GPU is present.
 
-Triton 3.6's interpreter multiplies bfloat16 `tl.dot` operands as their raw uint16 bits (it stores
-bf16 as uint16 and hands them to numpy.matmul unchanged). The patch below converts such operands
-to float32 first, so bf16 kernels are checked for what they compute on a GPU.
+Triton 3.6's interpreter stores bfloat16 as raw uint16 bits, and two of its paths get bf16 wrong:
+`tl.dot` hands those bits to numpy.matmul unchanged, and float32 -> bfloat16 casts truncate where
+the GPU rounds to nearest even. The patches below fix both (test-only), so bf16 kernels are checked
+for what they compute on a GPU.
 """
 
 import os
@@ -34,7 +35,17 @@ def _patch_interpreter_bf16_dot() -> None:
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         return original(self, _as_float32(a), _as_float32(b), d, input_precision, max_num_imprecise_acc)
 
+    original_cast = builder_cls.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            rounded = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32)).to(torch.bfloat16)
+            return interpreter.TensorHandle(rounded.view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
+        return original_cast(self, src, dst_type)
+
     builder_cls.create_dot = create_dot
+    builder_cls.cast_impl = cast_impl
+    builder_cls.create_fp_trunc = cast_impl
     builder_cls._amdx_bf16_dot = True
 
 
