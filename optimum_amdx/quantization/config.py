@@ -77,10 +77,11 @@ class GPTQConfig:
 
     def check_layer(self, name: str, in_features: int) -> None:
         """Raise when this config cannot quantize a linear with `in_features` inputs."""
-        if self.group_size != -1 and in_features % self.group_size != 0:
+        if self.group_size != -1 and in_features % self.group_size != 0 and (in_features % self.group_size) % 32 != 0:
             raise InvalidArgumentError(
-                f"group_size={self.group_size} does not divide the {in_features} input features of {name}; "
-                "choose a group size that divides every layer's input size (e.g. 32, 64 or 128) or -1."
+                f"group_size={self.group_size} does not divide the {in_features} input features of {name}, and the "
+                f"last group would hold {in_features % self.group_size} rows (a shorter last group must be a multiple "
+                "of 32 rows); choose a group size that divides every layer's input size (e.g. 32, 64 or 128) or -1."
             )
         multiple = 32 if self.bits == 3 else 32 // self.bits
         if in_features % multiple != 0:

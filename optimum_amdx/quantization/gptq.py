@@ -87,11 +87,11 @@ def rtn_quantize(weight: torch.Tensor, cfg: GPTQConfig) -> QuantResult:
     n_out, k = W.shape
     gs = _group_size(cfg, k)
     keep = cfg.checkpoint_format == "gptq"
-    groups = W.view(n_out, k // gs, gs).permute(1, 0, 2)
     codes, scales, zeros = [], [], []
-    for g in range(k // gs):
-        s, z = grid_params(groups[g], cfg.bits, cfg.sym, keep)
-        codes.append(quantize_codes(groups[g], s, z, cfg.bits))
+    for g0 in range(0, k, gs):
+        block = W[:, g0 : g0 + gs]
+        s, z = grid_params(block, cfg.bits, cfg.sym, keep)
+        codes.append(quantize_codes(block, s, z, cfg.bits))
         scales.append(s)
         zeros.append(z)
     q = torch.cat(codes, dim=1)
@@ -138,7 +138,7 @@ def gptq_quantize(weight: torch.Tensor, H: torch.Tensor, cfg: GPTQConfig) -> Qua
 
     codes = torch.zeros_like(W)
     losses = torch.zeros(n_out, device=W.device)
-    n_groups = k // gs
+    n_groups = -(-k // gs)
     scales = torch.zeros(n_groups, n_out, device=W.device)
     zeros = torch.zeros(n_groups, n_out, device=W.device)
     group_of_pos = torch.zeros(k, dtype=torch.long, device=W.device)

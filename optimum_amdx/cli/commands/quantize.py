@@ -1,0 +1,71 @@
+"""`optimum-amdx quantize gptq|rtn`: quantize a causal LM and save a standard GPTQ checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+NAME = "quantize"
+HELP = "Quantize a causal LM to a standard GPTQ checkpoint (GPTQ with calibration data, or RTN)."
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model id, local folder, or 'default' (bundled SmolLM2-135M)")
+    p.add_argument("output", help="output folder (written atomically)")
+    p.add_argument("--bits", type=int, default=4, help="2, 3, 4 or 8 (4 runs on the fast W4A16 kernel)")
+    p.add_argument("--group-size", type=int, default=128, help="input columns per scale/zero group; -1 for per-row")
+    p.add_argument("--asym", action="store_true", help="asymmetric grid (default: symmetric)")
+    p.add_argument("--checkpoint-format", default="gptq", choices=("gptq", "gptq_v2"),
+                   help="'gptq' (v1, read by every tool) or 'gptq_v2'")
+    p.add_argument("--max-shard-size", default="5GB", help="largest safetensors shard, e.g. 2GB")
+    p.add_argument("--device", default=None, help="where the algorithm runs: cuda or cpu (default: the GPU if any)")
+    p.add_argument("--dtype", default="auto", help="model dtype while quantizing: auto (fp16 on GPU, fp32 on CPU), fp16, bf16, fp32")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="quantize_method", metavar="METHOD", required=True)
+    gptq = sub.add_parser("gptq", help="GPTQ with calibration data", description="GPTQ with calibration data.")
+    _common(gptq)
+    gptq.add_argument("--desc-act", action="store_true", help="act-order: quantize columns by decreasing Hessian diagonal")
+    gptq.add_argument("--damp-percent", type=float, default=0.01, help="Hessian dampening, fraction of its mean diagonal")
+    gptq.add_argument("--no-true-sequential", action="store_true", help="collect all Hessians of a block in one pass")
+    gptq.add_argument("--static-groups", action="store_true", help="group scales from the original weights (before updates)")
+    gptq.add_argument("--dataset", default="pydoc",
+                      help="pydoc (offline default), wikitext2, c4 (online), or a .txt/.json/.jsonl/.parquet/.csv file")
+    gptq.add_argument("--samples", type=int, default=128, help="number of calibration samples")
+    gptq.add_argument("--seqlen", type=int, default=2048, help="tokens per calibration sample")
+    gptq.add_argument("--seed", type=int, default=0, help="seed for choosing the calibration windows")
+    rtn = sub.add_parser("rtn", help="round-to-nearest baseline (no data)", description="Round-to-nearest baseline.")
+    _common(rtn)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...io import check_output_dir
+    from ...models import default_device, load_causal_lm, load_tokenizer, parse_dtype
+    from ...quantization import GPTQConfig, GPTQQuantizer
+
+    check_output_dir(args.output, args.overwrite)
+    method = args.quantize_method
+    common = dict(bits=args.bits, group_size=args.group_size, sym=not args.asym, checkpoint_format=args.checkpoint_format)
+    if method == "gptq":
+        cfg = GPTQConfig(**common, desc_act=args.desc_act, damp_percent=args.damp_percent,
+                         true_sequential=not args.no_true_sequential, static_groups=args.static_groups,
+                         dataset=args.dataset, n_samples=args.samples, seqlen=args.seqlen, seed=args.seed)
+    else:
+        cfg = GPTQConfig(**common)
+    device = args.device or default_device()
+    tokenizer = load_tokenizer(args.model)
+    model = load_causal_lm(args.model, dtype=parse_dtype(args.dtype, device), device="cpu")
+    quantizer = GPTQQuantizer(cfg, method=method, device=device, verbose=not args.json)
+    quantizer.quantize(model, tokenizer)
+    out = quantizer.save_pretrained(model, args.output, tokenizer, max_shard_size=args.max_shard_size,
+                                    overwrite=args.overwrite)
+    total_error = sum(s.error for s in quantizer.stats)
+    if args.json:
+        print(json.dumps({"output": str(out), "method": method, "seconds": round(quantizer.seconds, 2),
+                          "total_error": total_error, "quantization_config": cfg.to_quantization_config()}))
+    else:
+        print(f"saved {method.upper()} {cfg.bits}-bit checkpoint to {out} ({quantizer.seconds:.1f} s)")
+    return 0

@@ -1,0 +1,105 @@
+"""Quantize + save + reload + generate on tiny seeded Llamas; sharding; CLI; bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import make_llama
+from optimum_amdx.errors import InvalidArgumentError, ModelNotFoundError, OutputExistsError, UnsupportedModelError
+from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer, QuantLinear, load_gptq_model
+
+
+def _quantize(calib, tokenizer, **cfg):
+    model = make_llama(bias=cfg.pop("bias", False), tie=cfg.pop("tie", False))
+    quantizer = GPTQQuantizer(GPTQConfig(group_size=32, n_samples=8, seqlen=64, **cfg), verbose=False)
+    return model, quantizer, quantizer.quantize(model, tokenizer, calib)
+
+
+def test_quantize_save_reload_generate(tmp_path, tokenizer, calib):
+    ids = torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(1))
+    reference = make_llama(tie=True)(ids).logits
+    model, quantizer, q = _quantize(calib, tokenizer, desc_act=True, tie=True)
+    assert q is model
+    qlinears = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    assert len(qlinears) == 2 * 7
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.model.layers.modules())
+    logits = model(ids).logits
+    assert (logits - reference).abs().max() < 0.25 * reference.abs().max()  # quantized, but close to fp
+    assert len(quantizer.stats) == 2 * 4 and all(s.error > 0 for s in quantizer.stats)
+
+    out = quantizer.save_pretrained(model, tmp_path / "q", tokenizer)
+    cfg = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert cfg["quant_method"] == "gptq" and cfg["bits"] == 4 and cfg["desc_act"] is True
+    assert cfg["checkpoint_format"] == "gptq" and cfg["group_size"] == 32
+
+    reloaded = load_gptq_model(out, "cpu", torch.float32)
+    torch.testing.assert_close(reloaded(ids).logits, logits, rtol=0, atol=1e-5)
+    gen_a = model.generate(ids, max_new_tokens=8, do_sample=False)
+    gen_b = reloaded.generate(ids, max_new_tokens=8, do_sample=False)
+    assert torch.equal(gen_a, gen_b) and gen_a.shape[1] == 32
+
+
+def test_sharded_save_with_bias_and_v2_format(tmp_path, tokenizer, calib):
+    model, quantizer, _ = _quantize(calib, tokenizer, bias=True, sym=False, checkpoint_format="gptq_v2", bits=8)
+    out = quantizer.save_pretrained(model, tmp_path / "q", max_shard_size=40_000)
+    shards = sorted(p.name for p in out.glob("*.safetensors"))
+    assert len(shards) > 1 and (out / "model.safetensors.index.json").is_file()
+    reloaded = load_gptq_model(out, "cpu", torch.float32)
+    assert reloaded.model.layers[0].self_attn.q_proj.bias is not None
+    ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(reloaded(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
+
+
+def test_rtn_and_fp16_kernel_path(tmp_path, tokenizer):
+    model = make_llama()
+    GPTQQuantizer(GPTQConfig(bits=4, group_size=64), method="rtn", verbose=False).quantize(model)
+    layer = model.model.layers[0].mlp.down_proj
+    x = torch.randn(3, layer.in_features, generator=torch.Generator().manual_seed(4)).half()
+    expected = (x.float() @ layer.dequantize().t()).half()
+    torch.testing.assert_close(layer(x), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_bad_inputs(tmp_path, tokenizer, calib, tiny_dir):
+    with pytest.raises(InvalidArgumentError, match="bits=5"):
+        GPTQConfig(bits=5)
+    with pytest.raises(InvalidArgumentError, match="does not divide the 144 input features"):
+        GPTQQuantizer(GPTQConfig(group_size=128), verbose=False).quantize(make_llama(hidden=144), tokenizer, calib)
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        GPTQQuantizer(GPTQConfig(dataset=str(tmp_path / "missing.txt")), verbose=False).quantize(make_llama(), tokenizer)
+    from transformers import BertConfig, BertModel
+
+    bert = BertModel(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=64))
+    with pytest.raises(UnsupportedModelError, match="causal"):
+        GPTQQuantizer(verbose=False).quantize(bert, tokenizer, calib)
+    model, quantizer, _ = _quantize(calib, tokenizer)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("x")
+    with pytest.raises(OutputExistsError):
+        quantizer.save_pretrained(model, tmp_path / "busy")
+    assert [p.name for p in (tmp_path / "busy").iterdir()] == ["keep.txt"]
+    assert not any(p.name.startswith(".busy") for p in tmp_path.iterdir())
+
+
+def test_cli_quantize_and_eval_ppl(tmp_path, tiny_dir, capsys):
+    from optimum_amdx.cli.main import main
+
+    text = tmp_path / "calib.txt"
+    text.write_text("\n".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7}" for i in range(300)))
+    out = tmp_path / "q"
+    rc = main(["quantize", "gptq", "--model", str(tiny_dir), "--bits", "4", "--group-size", "32", "--desc-act",
+               "--dataset", str(text), "--samples", "4", "--seqlen", "64", "--device", "cpu", "--json", str(out)])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["quantization_config"]["desc_act"] is True and (out / "model.safetensors").is_file()
+    assert main(["quantize", "rtn", "--model", str(tiny_dir), "--device", "cpu", "--json", str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert main(["quantize", "gptq", "--model", str(tiny_dir), "--bits", "5", str(tmp_path / "x")]) == 2
+    assert "bits=5" in capsys.readouterr().err
+    rc = main(["eval-ppl", "--model", str(out), "--dataset", str(text), "--seqlen", "64", "--device", "cpu", "--json"])
+    assert rc == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["gptq"] is True and 1.0 < result["perplexity"] < 1000
