@@ -105,10 +105,10 @@ def left_pad(prompts: list[list[int]], device: torch.device) -> tuple[torch.Tens
 def hf_run(model, prompts, new_tokens: int, cache=None, streamer=None) -> None:
     ids, mask = left_pad(prompts, model.device)
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
-    if cache is not None:
-        cache.reset()
-        kwargs["past_key_values"] = cache
     with torch.inference_mode():
+        if cache is not None:
+            cache.reset()
+            kwargs["past_key_values"] = cache
         model.generate(ids, attention_mask=mask, streamer=streamer, **kwargs)
 
 
@@ -162,6 +162,29 @@ def bench_transformers(model, args, batch_prompts, batch_news, results: dict, sa
         torch.cuda.empty_cache()
 
 
+def _replay_time(graph, n: int = 50) -> float:
+    """GPU time of one captured batch-1 decode step (replays the last step's inputs; the slot it
+    rewrites belongs to a finished sequence)."""
+    graph.graph.replay()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        graph.graph.replay()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) / 1e3 / n
+
+
+def _profile_replay(graph, n: int = 10) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            graph.graph.replay()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60), flush=True)
+
+
 def bench_ours(model, args, batch_prompts, batch_news, results: dict) -> None:
     from optimum_amdx.modeling import AMDModelForCausalLM, SamplingParams
 
@@ -190,10 +213,14 @@ def bench_ours(model, args, batch_prompts, batch_news, results: dict) -> None:
         am.generate(torch.tensor(p1), max_new_tokens=args.decode_tokens, streamer=s, **greedy)
         tpots.append(s.ttft_tpot(t0)[1])
     ours["b1_tpot_s"] = statistics.median(tpots)
+    if engine.uses_graphs:
+        ours["b1_graph_replay_s"] = _replay_time(engine.runner.graphs[1])
+        if args.profile:
+            _profile_replay(engine.runner.graphs[1])
     for b in args.batch_sizes:
         prompts, news = batch_prompts[b], batch_news[b]
         params = [SamplingParams(max_new_tokens=n) for n in news]
-        engine.generate(prompts[: min(b, 4)], [SamplingParams(max_new_tokens=4)] * min(b, 4))
+        engine.generate(prompts, params)  # warm-up: Triton specializations of this batch's shapes
         t, outs = timed(lambda: engine.generate(prompts, params))
         assert [len(o) for o in outs] == news
         assert engine.num_free_blocks == engine.num_blocks
@@ -221,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-fraction", type=float, default=0.85)
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument("--skip-compile", action="store_true", help="skip transformers static cache + compile")
+    parser.add_argument("--profile", action="store_true", help="print a kernel profile of the batch-1 decode graph")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b]
@@ -296,7 +324,8 @@ def print_table(r: dict, args) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     print(f"\n{r['device']} | {r['shape']} fp16 | roofline {roof:.0f} tok/s "
           f"(copy {r['copy_bw_Bps'] / 1e12:.2f} TB/s / {r['weight_bytes'] / 1e9:.2f} GB) | "
-          f"TTFT floor {1e3 * r['ttft_floor_s']:.1f} ms | graphs={ours.get('graphs')} blocks={ours.get('kv_blocks')}")
+          f"TTFT floor {1e3 * r['ttft_floor_s']:.1f} ms | graphs={ours.get('graphs')} blocks={ours.get('kv_blocks')} | "
+          f"b1 graph replay {1e3 * ours.get('b1_graph_replay_s', float('nan')):.2f} ms")
     for row in rows:
         print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
 
