@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--make-random", nargs=2, metavar=("SHAPE", "DIR"), help="write a random model and exit")
     parser.add_argument("--backend", choices=["transformers", "deepspeed", "none"], default="transformers")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--batch", default="1", help="batch size, or a comma list such as 1,8 (one load)")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
@@ -52,12 +52,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from optimum_amdx.distributed.tp import run
 
-    result = run(args.model, args.backend, args.dtype, args.batch, args.prompt_len, args.max_new_tokens,
+    batches = [int(b) for b in args.batch.split(",")]
+    result = run(args.model, args.backend, args.dtype, batches, args.prompt_len, args.max_new_tokens,
                  args.repeats, args.seed)
     if result["rank"] == 0:
         print(f"[{result['backend']} x{result['world_size']} on {result['device']}] tokens: {result['tokens'][0]}")
-        print(f"median {result['seconds_median'] * 1000:.1f} ms for {args.max_new_tokens} tokens "
-              f"-> {result['tokens_per_s']:.1f} tokens/s")
+        for r in result["runs"]:
+            if r["seconds_median"]:
+                print(f"batch {r['batch']}: median {r['seconds_median'] * 1000:.1f} ms for {args.max_new_tokens} "
+                      f"new tokens -> {r['tokens_per_s']:.1f} tokens/s")
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1)

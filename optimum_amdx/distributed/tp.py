@@ -110,38 +110,43 @@ def prompt_ids(vocab_size: int, batch: int, length: int, seed: int):
     return torch.randint(1, vocab_size, (batch, length), generator=gen)
 
 
-def run(model_dir: str | Path, backend: str = "transformers", dtype: str = "bfloat16", batch: int = 1,
+def run(model_dir: str | Path, backend: str = "transformers", dtype: str = "bfloat16", batch: int | list[int] = 1,
         prompt_len: int = 32, max_new_tokens: int = 32, repeats: int = 3, seed: int = 0) -> dict[str, Any]:
-    """Load, generate greedily `repeats` times after a warm-up, and return tokens and timings."""
+    """Load once; for each batch size generate greedily (warm-up, then `repeats` timed runs).
+
+    Returns tokens and timings; with a list of batch sizes, "runs" holds one entry per size and the
+    top-level fields describe the first.
+    """
     import torch
 
     rank, _, size = world()
     model, device = load_model(model_dir, backend, dtype)
-    ids = prompt_ids(model.config.vocab_size, batch, prompt_len, seed).to(device)
-    tokens = greedy_generate(model, ids, max_new_tokens)  # warm-up, and the tokens we report
-    times = []
-    for _ in range(repeats):
-        if torch.distributed.is_initialized():
-            torch.distributed.barrier()
-        _sync(device)
-        start = time.perf_counter()
-        again = greedy_generate(model, ids, max_new_tokens)
-        _sync(device)
-        times.append(time.perf_counter() - start)
-        if not torch.equal(again, tokens):
-            raise RuntimeError("Greedy generation is not repeatable on this rank; timings would be meaningless.")
-    median = statistics.median(times) if times else float("nan")
+    runs = []
+    for b in ([batch] if isinstance(batch, int) else list(batch)):
+        ids = prompt_ids(model.config.vocab_size, b, prompt_len, seed).to(device)
+        tokens = greedy_generate(model, ids, max_new_tokens)  # warm-up, and the tokens we report
+        times = []
+        for _ in range(repeats):
+            if torch.distributed.is_initialized():
+                torch.distributed.barrier()
+            _sync(device)
+            start = time.perf_counter()
+            again = greedy_generate(model, ids, max_new_tokens)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+            if not torch.equal(again, tokens):
+                raise RuntimeError("Greedy generation is not repeatable on this rank; timings would be meaningless.")
+        median = statistics.median(times) if times else None
+        runs.append({"batch": b, "tokens": tokens.cpu().tolist(), "seconds_median": median, "seconds_all": times,
+                     "tokens_per_s": b * max_new_tokens / median if median else None})
     return {
         "backend": backend if size > 1 else "none",
         "world_size": size,
         "rank": rank,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "dtype": dtype,
-        "batch": batch,
         "prompt_len": prompt_len,
         "max_new_tokens": max_new_tokens,
-        "tokens": tokens.cpu().tolist(),
-        "seconds_median": median,
-        "seconds_all": times,
-        "tokens_per_s": batch * max_new_tokens / median if times else None,
+        "runs": runs,
+        **runs[0],
     }

@@ -39,7 +39,7 @@ def test_transformers_tp2_over_gloo_equals_one_process(tiny_model, tmp_path, mon
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("OPTIMUM_AMDX_DEVICE", "cpu")
-    reference = tp.run(tiny_model, backend="none", dtype="float32", batch=2, prompt_len=12, max_new_tokens=16,
+    reference = tp.run(tiny_model, backend="none", dtype="float32", batch=[2], prompt_len=12, max_new_tokens=16,
                        repeats=0, seed=5)
     out = tmp_path / "tp2.json"
     proc = launch(["--gpus", "2", "--", "examples/tp_generate.py", "--model", str(tiny_model), "--backend",
