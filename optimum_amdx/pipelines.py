@@ -76,14 +76,21 @@ def _rocm_device():
 
 
 def _rocm_text_generation_model(model: Any, dtype: Any = None, trust_remote_code: bool = False):
-    """The PyTorch model behind `pipeline("text-generation", accelerator="rocm")`.
-
-    For now the plain transformers model on the GPU; the modeling package swaps this for its
-    AMD-kernel model (AMDModelForCausalLM).
-    """
+    """The PyTorch model behind `pipeline("text-generation", accelerator="rocm")`: AMDModelForCausalLM
+    (paged KV cache, graph-captured decode, continuous batching) over the transformers model, or the
+    patched transformers model (our attention and RMSNorm) for architectures it does not cover."""
+    from .errors import UnsupportedModelError
+    from .modeling import AMDModelForCausalLM, patch
     from .models import load_causal_lm
 
-    return load_causal_lm(model, dtype=dtype or "auto", trust_remote_code=trust_remote_code) if isinstance(model, (str, os.PathLike)) else model
+    if isinstance(model, AMDModelForCausalLM):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        model = load_causal_lm(model, dtype=dtype or "auto", trust_remote_code=trust_remote_code)
+    try:
+        return AMDModelForCausalLM(model)
+    except UnsupportedModelError:
+        return patch(model)
 
 
 def _rocm_model(task: str, model: Any, dtype: Any, trust_remote_code: bool):

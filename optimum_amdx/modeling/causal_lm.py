@@ -92,6 +92,20 @@ class AMDModelForCausalLM:
             self._engine = LLMEngine(self.decoder, **self._engine_kwargs)
         return self._engine
 
+    main_input_name = "input_ids"
+
+    def to(self, device: Any) -> "AMDModelForCausalLM":
+        """No-op on the model's own device; the paged cache cannot move, so another device is refused."""
+        if torch.device(device).type != self.device.type:
+            raise InvalidArgumentError(
+                f"AMDModelForCausalLM lives on {self.device}; load it on {device} instead of moving it "
+                "(from_pretrained(..., device=...))."
+            )
+        return self
+
+    def eval(self) -> "AMDModelForCausalLM":
+        return self
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped transformers model's forward (full logits, its own cache)."""
         return self.model(*args, **kwargs)

@@ -154,3 +154,14 @@ def test_smollm2_greedy_equals_transformers_fp32():
         ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False)
         out = am.generate(ids, max_new_tokens=20, do_sample=False)
         assert torch.equal(out, ref), (tok.decode(out[0]), tok.decode(ref[0]))
+
+
+@pytest.mark.network
+def test_rocm_text_generation_pipeline_uses_amd_model():
+    from optimum_amdx import pipeline
+
+    pipe = pipeline("text-generation", model="default", accelerator="rocm")
+    assert isinstance(pipe.model, AMDModelForCausalLM)
+    out = pipe(["The capital of France is", "Hello"], max_new_tokens=6, do_sample=False)
+    assert out[0][0]["generated_text"].startswith("The capital of France is Paris")
+    assert pipe.model.engine.num_free_blocks == pipe.model.engine.num_blocks
