@@ -107,6 +107,9 @@ def _non_embedding_params(module: Any) -> int:
     out = module.get_output_embeddings()
     if out is not None and getattr(out, "weight", None) is not None and out.weight.data_ptr() == emb.data_ptr():
         count += emb.numel()
+    for sub in module.modules():  # quantized linears keep their weights in buffers, not parameters
+        if hasattr(sub, "qweight") and hasattr(sub, "in_features") and hasattr(sub, "out_features"):
+            count += sub.in_features * sub.out_features
     return count
 
 

@@ -127,3 +127,20 @@ def test_ort_backend_exports_on_the_fly(tmp_path, monkeypatch):
     assert [r["status"] for r in doc["results"]] == ["ok", "ok"], [r.get("error") for r in doc["results"]]
     assert any("CPUExecutionProvider" in n for n in doc["notes"]["ort/float32/none"])
     assert not (tmp_path / "cache" / "onnx").exists()  # the random shape's export stays in its temp folder
+
+
+def test_weight_accounting_of_quantized_model():
+    """4-bit layers shrink the bytes a decode step reads but not the matmul work of prefill."""
+    from optimum_amdx.benchmark.backends import _tensor_bytes, apply_quantization, build_torch_model, resolve_source
+    from optimum_amdx.models.shapes import parameter_count
+
+    source = resolve_source("tiny-llama")
+    model = build_torch_model(source, torch.float32, "cpu", seed=1)
+    total, emb, tied, non_emb = _tensor_bytes(model)
+    params = parameter_count(source.config)
+    assert not tied and emb == 4 * 256 * 64
+    assert total >= 4 * params and non_emb == params - 256 * 64
+    qmodel, notes = apply_quantization(model, "gptq-4bit", "cpu")
+    q_total, q_emb, _, q_non_emb = _tensor_bytes(qmodel)
+    assert q_emb == emb and q_non_emb == non_emb
+    assert q_total < total and "RTN" in notes[0]
