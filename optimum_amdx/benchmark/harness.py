@@ -168,7 +168,8 @@ def _roofline(runner: Runner, geom: roofline.ModelGeometry, batch: int, prompt: 
     weights = roofline.decode_weight_bytes(runner.weight_bytes, runner.embedding_bytes, runner.tied_embeddings)
     decode = roofline.decode_floor(weights, geom, batch, prompt, new, runner.kv_element_bytes,
                                    ceil.get("bandwidth_bytes_per_s"))
-    prefill = roofline.prefill_floor(runner.non_embedding_params, geom, batch, prompt, ceil.get("matmul_flops_per_s"))
+    prefill = roofline.prefill_floor(runner.non_embedding_params, geom, batch, prompt, ceil.get("matmul_flops_per_s"),
+                                     weights, ceil.get("bandwidth_bytes_per_s"))
     return {
         "decode": decode,
         "prefill": prefill,

@@ -45,7 +45,7 @@ def format_results(doc: dict[str, Any]) -> str:
     else:
         head.append("roofline: no bandwidth known for this device (pass --measure-ceilings or --gpu NAME)")
     headers = ["backend", "dtype", "quant", "batch", "prompt", "new", "TTFT ms", "p90", "TPOT ms", "p90",
-               "tok/s", "e2e ms", "peak GiB", "%BW", "%FLOP"]
+               "tok/s", "e2e ms", "peak GiB", "%dec", "%pre"]
     rows = []
     for r in doc["results"]:
         cells = [r["backend"], r["dtype"], r["quantization"], str(r["batch_size"]), str(r["prompt_length"]),
@@ -71,8 +71,8 @@ def format_results(doc: dict[str, Any]) -> str:
     if doc.get("tunable_op"):
         t = doc["tunable_op"]
         lines.append(f"  TunableOp: {t.get('file') or 'off'}; {t.get('note', '')}")
-    lines.append("%BW = decode floor (weights + KV bytes / bandwidth) as % of measured TPOT; "
-                 "%FLOP = prefill floor (FLOPs / matmul rate) as % of measured TTFT.")
+    lines.append("%dec = decode floor (weight + KV bytes / bandwidth) as % of measured TPOT; "
+                 "%pre = prefill floor (max of FLOPs / matmul rate, weight bytes / bandwidth) as % of TTFT.")
     return "\n".join(lines)
 
 

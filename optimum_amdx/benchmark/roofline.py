@@ -2,8 +2,9 @@
 
 Decode is memory-bound: every step reads all weights once (the embedding table aside: only the
 rows of the current tokens) plus the whole KV cache at the current length. Its floor is those
-bytes over the memory bandwidth. Prefill is compute-bound: 2 FLOPs per weight per token plus the
-causal attention products, over the matmul rate. Measured times are reported as a percentage of
+bytes over the memory bandwidth. Prefill does 2 FLOPs per weight per token plus the causal
+attention products; its floor is the larger of those FLOPs over the matmul rate and the weight
+bytes over the bandwidth (short prompts at batch 1 are still memory-bound). Measured times are reported as a percentage of
 these floors (100 % = at the hardware limit).
 """
 
@@ -109,13 +110,26 @@ def prefill_floor(
     batch_size: int,
     prompt_length: int,
     flops_per_s: float | None,
+    weight_bytes: float | None = None,
+    bandwidth_bytes_per_s: float | None = None,
 ) -> dict[str, Any]:
-    """The compute floor of prefill (time to first token), when a matmul rate is known."""
+    """The floor of prefill (time to first token): the larger of its compute and memory floors.
+
+    Short prompts at small batch are memory-bound like decode (all weights are read once); long
+    ones are compute-bound. `bound` says which floor is the limit, when both are known.
+    """
     flops = prefill_flops(non_embedding_params, geom, batch_size, prompt_length)
+    compute = flops / flops_per_s if flops_per_s else None
+    memory = weight_bytes / bandwidth_bytes_per_s if weight_bytes and bandwidth_bytes_per_s else None
+    known = [(t, name) for t, name in ((compute, "compute"), (memory, "memory")) if t is not None]
+    floor, bound = max(known) if known else (None, None)
     return {
         "flops": flops,
         "flops_per_s": flops_per_s,
-        "ttft_floor_s": flops / flops_per_s if flops_per_s else None,
+        "compute_floor_s": compute,
+        "memory_floor_s": memory,
+        "ttft_floor_s": floor,
+        "bound": bound,
     }
 
 

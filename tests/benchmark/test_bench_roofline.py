@@ -67,7 +67,20 @@ def test_prefill_flops_brute_force():
     expected = 2 * params * batch * prompt + attention * batch
     assert roofline.prefill_flops(params, g, batch, prompt) == pytest.approx(expected)
     floor = roofline.prefill_floor(params, g, batch, prompt, 1e9)
-    assert floor["ttft_floor_s"] == pytest.approx(expected / 1e9)
+    assert floor["ttft_floor_s"] == pytest.approx(expected / 1e9) and floor["bound"] == "compute"
+
+
+def test_short_prefill_is_memory_bound(llama7b):
+    """Llama-2-7B, batch 1, 128 tokens on an H200: 1.7 TFLOP (2.1 ms at 800 TF/s) vs 13.2 GB (3.1 ms)."""
+    g = ModelGeometry.from_config(llama7b)
+    embed = llama7b.vocab_size * llama7b.hidden_size
+    non_emb = parameter_count(llama7b) - embed
+    floor = roofline.prefill_floor(non_emb, g, 1, 128, 800e12, 2.0 * non_emb, 4.2e12)
+    assert floor["bound"] == "memory"
+    assert floor["ttft_floor_s"] == floor["memory_floor_s"] == pytest.approx(2.0 * non_emb / 4.2e12)
+    assert 2.0e-3 < floor["compute_floor_s"] < 2.3e-3
+    long = roofline.prefill_floor(non_emb, g, 8, 2048, 800e12, 2.0 * non_emb, 4.2e12)
+    assert long["bound"] == "compute" and long["ttft_floor_s"] == long["compute_floor_s"]
 
 
 def test_percent_of_limit():
