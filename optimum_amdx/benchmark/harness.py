@@ -207,6 +207,8 @@ def run_benchmark(spec: BenchmarkSpec, log: Callable[[str], None] = lambda s: No
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InvalidArgumentError(f"--device {device} was asked for but torch sees no GPU; use --device cpu.")
     spec = _resolve_spec(spec, device)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))  # events and memory stats follow the current device
     env = environment(device)
     tune_state = tunableop.enable(device, env["arch"], spec.tunable_op_dir) if spec.tunable_op else None
     table = backend_table(device)
