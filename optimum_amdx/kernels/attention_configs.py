@@ -44,14 +44,15 @@ def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: 
             return cfg
         # H200 sweep: 128-key tiles, 2 stages reach ~98% of copy bandwidth at 32 seqs x 4096.
         return {"BLOCK_M": block_m, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
-    block_m = max(64 if head_dim_pad > 64 or family in ("rdna3", "rdna4") else 128, next_pow2(num_qpk))
     if family in ("rdna3", "rdna4"):
+        # 32- and 64-key tiles spill to scratch on gfx1100 at d=128; 16-key tiles do not.
         cfg = _amd_options(family, 8, 0)
-        cfg.update(BLOCK_M=block_m, BLOCK_N=32)
+        cfg.update(BLOCK_M=max(64, next_pow2(num_qpk)), BLOCK_N=16)
         return cfg
     if family in AMD_FAMILIES:
-        cfg = _amd_options(family, 4, 2)
-        cfg.update(BLOCK_M=block_m, BLOCK_N=64)
+        # 8 waves: with 4 waves the two-loop (unmasked + diagonal) body spills on gfx942/gfx90a.
+        cfg = _amd_options(family, 8, 2)
+        cfg.update(BLOCK_M=max(128, next_pow2(num_qpk)), BLOCK_N=64)
         return cfg
     return {"BLOCK_M": max(64, next_pow2(num_qpk)), "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 

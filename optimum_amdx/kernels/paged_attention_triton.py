@@ -98,6 +98,48 @@ def _find_sequence(qsl_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
+def _paged_tile(
+    acc, l_i, m_i, q, table, k_head, v_head, tile_start, q_pos, kv_end, sliding_window, qk_scale,
+    stride_kb, stride_ks, stride_vb, stride_vs,
+    BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):
+    """One key/value tile read through the block table; MASKED tiles check length, causality, window."""
+    offs_n = tile_start + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    d_mask = offs_d < HEAD_DIM
+    if MASKED:
+        n_valid = offs_n < kv_end
+        page = tl.load(table + offs_n // PAGE_SIZE, mask=n_valid, other=0).to(tl.int64)
+    else:
+        page = tl.load(table + offs_n // PAGE_SIZE).to(tl.int64)
+    in_page = offs_n % PAGE_SIZE
+    k_ptrs = k_head + (page * stride_kb + in_page * stride_ks)[None, :] + offs_d[:, None]
+    v_ptrs = v_head + (page * stride_vb + in_page * stride_vs)[:, None] + offs_d[None, :]
+    if MASKED:
+        k = tl.load(k_ptrs, mask=n_valid[None, :] & d_mask[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=n_valid[:, None] & d_mask[None, :], other=0.0)
+    elif HEAD_DIM == HEAD_DIM_PAD:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    else:
+        k = tl.load(k_ptrs, mask=d_mask[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=d_mask[None, :], other=0.0)
+    scores = _dot(q, k, UPCAST_DOT) * qk_scale
+    if MASKED:
+        visible = offs_n[None, :] <= q_pos[:, None]
+        if USE_WINDOW:
+            visible = visible & (offs_n[None, :] > q_pos[:, None] - sliding_window)
+        scores = tl.where(visible, scores, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(scores, 1))
+    p = tl.exp2(scores - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST_DOT)
+    return acc, l_i, m_new
+
+
+@triton.jit
 def _unified_attention_kernel(
     q_ptr,
     k_cache_ptr,
@@ -182,32 +224,23 @@ def _unified_attention_kernel(
     k_head = k_cache_ptr + kv_head * stride_kh
     v_head = v_cache_ptr + kv_head * stride_vh
 
-    for tile in range(tile_lo, tile_hi):
-        offs_n = kv_start + tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_valid = offs_n < kv_end
-        page = tl.load(table + offs_n // PAGE_SIZE, mask=n_valid, other=0).to(tl.int64)
-        in_page = offs_n % PAGE_SIZE
-        k = tl.load(
-            k_head + (page * stride_kb + in_page * stride_ks)[None, :] + offs_d[:, None],
-            mask=n_valid[None, :] & d_mask[:, None],
-            other=0.0,
+    # Tiles wholly at or before the block's first query position are visible to every row: no masks.
+    full_end = tile_lo
+    if not USE_WINDOW:
+        first_pos = context_before + q_block_local * BLOCK_Q
+        full_end = tl.minimum(tl.maximum((first_pos + 1) // BLOCK_N, tile_lo), tile_hi)
+    for tile in range(tile_lo, full_end):
+        acc, l_i, m_i = _paged_tile(
+            acc, l_i, m_i, q, table, k_head, v_head, kv_start + tile * BLOCK_N, q_pos, kv_end, sliding_window,
+            qk_scale, stride_kb, stride_ks, stride_vb, stride_vs,
+            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, False, USE_WINDOW, UPCAST_DOT,
         )
-        scores = _dot(q, k, UPCAST_DOT) * qk_scale
-        visible = offs_n[None, :] <= q_pos[:, None]
-        if USE_WINDOW:
-            visible = visible & (offs_n[None, :] > q_pos[:, None] - sliding_window)
-        scores = tl.where(visible, scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, 1))
-        p = tl.exp2(scores - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            v_head + (page * stride_vb + in_page * stride_vs)[:, None] + offs_d[None, :],
-            mask=n_valid[:, None] & d_mask[None, :],
-            other=0.0,
+    for tile in range(full_end, tile_hi):
+        acc, l_i, m_i = _paged_tile(
+            acc, l_i, m_i, q, table, k_head, v_head, kv_start + tile * BLOCK_N, q_pos, kv_end, sliding_window,
+            qk_scale, stride_kb, stride_ks, stride_vb, stride_vs,
+            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True, USE_WINDOW, UPCAST_DOT,
         )
-        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST_DOT)
-        m_i = m_new
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     result = acc / l_safe[:, None]
