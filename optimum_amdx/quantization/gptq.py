@@ -141,9 +141,9 @@ def gptq_quantize(weight: torch.Tensor, H: torch.Tensor, cfg: GPTQConfig) -> Qua
     n_groups = -(-k // gs)
     scales = torch.zeros(n_groups, n_out, device=W.device)
     zeros = torch.zeros(n_groups, n_out, device=W.device)
-    group_of_pos = torch.zeros(k, dtype=torch.long, device=W.device)
     orig_col = perm if perm is not None else torch.arange(k, device=W.device)
     orig_col_list = orig_col.tolist()
+    group_of_pos = orig_col // gs if static else torch.arange(k, device=W.device) // gs
     scale = zero = None
     for i1 in range(0, k, cfg.block_size):
         i2 = min(i1 + cfg.block_size, k)
@@ -161,20 +161,17 @@ def gptq_quantize(weight: torch.Tensor, H: torch.Tensor, cfg: GPTQConfig) -> Qua
                 window = torch.cat([W1[:, i : i + gs], W[:, i2 : col + gs]], dim=1)
                 scale, zero = grid_params(window, bits, cfg.sym, keep)
                 scales[g], zeros[g] = scale, zero
-            else:
-                g = col // gs
-            group_of_pos[col] = g
             w = W1[:, i]
             d = Hinv1[i, i]
             q = torch.clamp(torch.round(w / scale) + zero, 0, 2**bits - 1)
             codes[:, col] = q
             dq = (q - zero) * scale
             Q1[:, i] = dq
-            losses += (w - dq) ** 2 / d**2 / 2
             err = (w - dq) / d
             W1[:, i:] -= err.unsqueeze(1) @ Hinv1[i, i:].unsqueeze(0)
             Err1[:, i] = err
         W[:, i1:i2] = Q1
+        losses += (Err1**2).sum(dim=1) / 2
         if i2 < k:
             W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:]
 

@@ -215,12 +215,11 @@ class GPTQQuantizer:
     def _steps(self, layer: nn.Module, linears: dict[str, nn.Linear], inputs: list) -> list[list[list[str]]]:
         """Groups of linears that read the same input, in call order; one step per group when
         true_sequential, else all groups in one step."""
-        order: list[tuple[str, int]] = []
+        order: list[tuple[str, torch.Tensor]] = []
         hooks = []
         for name, lin in linears.items():
             def rec(module: nn.Module, args: tuple, name: str = name) -> None:
-                x = args[0]
-                order.append((name, hash((x.data_ptr(), tuple(x.shape)))))
+                order.append((name, args[0]))  # holding the tensor keeps its identity unique
             hooks.append(lin.register_forward_pre_hook(rec))
         try:
             hs, kwargs = inputs[0]
@@ -229,17 +228,18 @@ class GPTQQuantizer:
             for h in hooks:
                 h.remove()
         groups: list[list[str]] = []
-        last_key = None
+        last: torch.Tensor | None = None
         seen: set[str] = set()
-        for name, key in order:
+        for name, x in order:
             if name in seen:
                 continue
             seen.add(name)
-            if groups and key == last_key:
+            if groups and last is not None and x is last:
                 groups[-1].append(name)
             else:
                 groups.append([name])
-            last_key = key
+            last = x
+        order.clear()
         unseen = [n for n in linears if n not in seen]
         if unseen:
             raise InvalidArgumentError(f"Linears {unseen} of the block were not called in its forward; cannot collect their inputs.")

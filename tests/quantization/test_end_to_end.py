@@ -29,6 +29,8 @@ def test_quantize_save_reload_generate(tmp_path, tokenizer, calib):
     logits = model(ids).logits
     assert (logits - reference).abs().max() < 0.25 * reference.abs().max()  # quantized, but close to fp
     assert len(quantizer.stats) == 2 * 4 and all(s.error > 0 for s in quantizer.stats)
+    steps = [s.modules for s in quantizer.stats if s.layer == 0]  # true-sequential, shared inputs stacked
+    assert steps == ["q_proj+k_proj+v_proj", "o_proj", "gate_proj+up_proj", "down_proj"]
 
     out = quantizer.save_pretrained(model, tmp_path / "q", tokenizer)
     cfg = json.loads((out / "config.json").read_text())["quantization_config"]
