@@ -119,7 +119,7 @@ def bench_decode(name: str, num_seqs: int, ctx: int, copy_bw: float, sweep: bool
             grid = [((128, 4, 2), 1), ((128, 4, 3), 1), ((128, 8, 2), 1), ((64, 4, 2), 1), ((128, 2, 2), 1),
                     ((128, 4, 1), 1), ((128, 4, 2), 2)]
         else:
-            grid = [(t, s) for t in ((128, 4, 2), (64, 4, 3), (128, 4, 3), (64, 4, 2)) for s in (8, 16, 32)]
+            grid = [(t, s) for t in ((128, 4, 2), (64, 4, 2)) for s in (8, 16, 32)]
         for (block_n, warps, stages), splits in grid:
             cfg = {"BLOCK_M": 16, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
 
@@ -176,8 +176,8 @@ def bench_prefill(copy_bw: float, mm_rate: float, sweep: bool, batch: int = 8, h
     rows += bench_paged_prefill(q, k, v, flops, sdpa_ms, mm_rate, sweep)
     if sweep:
         family = arch_family(device_arch())
-        for bm, bn, warps, stages in [(64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 3), (64, 32, 4, 4), (64, 64, 8, 3),
-                                      (64, 128, 8, 2), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 1)]:
+        for bm, bn, warps, stages in [(64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 32, 4, 3),
+                                      (128, 64, 8, 4)]:
             cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
             try:
                 ms = time_ms(lambda cfg=cfg: flash_attention_triton(q, k, v, True, None, family, cfg), reps=10)
@@ -224,7 +224,7 @@ def bench_paged_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flops
     if sweep:
         family = arch_family(device_arch())
         for bm, bn, warps, stages in [(64, 64, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (128, 128, 8, 2),
-                                      (64, 64, 4, 2), (32, 64, 4, 3)]:
+                                      (64, 64, 4, 2), (128, 64, 4, 3), (128, 32, 8, 3)]:
             cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
 
             def call(cfg=cfg):
