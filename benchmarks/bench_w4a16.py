@@ -101,7 +101,7 @@ def bytes_read(w: W4A16Weight, m: int) -> int:
 
 
 def decode_case(k: int, n: int, m: int, act_order: bool, copy_bw: float,
-                config: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                config: Optional[dict[str, Any]] = None, baseline: bool = True) -> dict[str, Any]:
     """M-row W4A16 over enough weight copies to exceed L2, replayed from a graph."""
     w0 = random_gptq(k, n, 128, act_order, seed=k + n + int(act_order))
     copies = max(2, L2_DEFEAT_BYTES // (w0.qweight.numel() * 4))
@@ -111,47 +111,62 @@ def decode_case(k: int, n: int, m: int, act_order: bool, copy_bw: float,
     calls = [lambda w=w: w4a16_triton(x, w, config=config) for w in ws]
     ms = graphed_ms(calls)
     nbytes = bytes_read(w0, m)
-    fp16_ws = [torch.randn(k, n, device="cuda", dtype=torch.float16)
-               for _ in range(max(2, L2_DEFEAT_BYTES // (k * n * 2)))]
-    torch_ms = graphed_ms([lambda w=w: x @ w for w in fp16_ws])
-    del fp16_ws
+    torch_ms = float("nan")
+    if baseline:
+        fp16_ws = [torch.randn(k, n, device="cuda", dtype=torch.float16)
+                   for _ in range(max(2, L2_DEFEAT_BYTES // (k * n * 2)))]
+        torch_ms = graphed_ms([lambda w=w: x @ w for w in fp16_ws])
+        del fp16_ws
     return {"path": "gemv", "M": m, "K": k, "N": n, "act_order": act_order, "ms": ms,
             "GB_s": nbytes / (ms * 1e-3) / 1e9, "pct_copy_bw": 100 * nbytes / (ms * 1e-3) / copy_bw,
             "torch_fp16_ms": torch_ms, "speedup_vs_fp16": torch_ms / ms, "config": config or "default"}
 
 
 def prefill_case(k: int, n: int, m: int, act_order: bool, mm_rate: float,
-                 config: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """M-row W4A16 GEMM vs torch fp16 matmul on the dequantized weight."""
+                 config: Optional[dict[str, Any]] = None, route: Optional[str] = None) -> dict[str, Any]:
+    """M-row W4A16 (default dispatch, or a forced route) vs torch fp16 matmul on the dequantized weight."""
     w = random_gptq(k, n, 128, act_order, seed=k * 3 + n + int(act_order))
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     fp16_w = w.dequantize().half()
-    ms = events_ms(lambda: w4a16_triton(x, w, config=config))
+    ms = events_ms(lambda: w4a16_triton(x, w, config=config, route=route))
     torch_ms = events_ms(lambda: x @ fp16_w)
     flops = 2 * m * k * n
-    return {"path": "gemm", "M": m, "K": k, "N": n, "act_order": act_order, "ms": ms, "torch_fp16_ms": torch_ms,
+    return {"path": route or "gemm", "M": m, "K": k, "N": n, "act_order": act_order, "ms": ms, "torch_fp16_ms": torch_ms,
             "ratio_vs_torch": torch_ms / ms, "TFLOP_s": flops / (ms * 1e-3) / 1e12,
             "pct_matmul_rate": 100 * flops / (ms * 1e-3) / mm_rate, "config": config or "default"}
 
 
 def sweep(copy_bw: float, mm_rate: float) -> list[dict[str, Any]]:
-    """A small grid over the tile knobs of both paths (on 4096x11008 and 11008x4096)."""
+    """A small grid over the tile knobs of both paths, and the GEMM-vs-dequant crossover in M."""
     rows = []
-    for bn, bk, warps, ppc in itertools.product((64, 128, 256), (128, 256), (4, 8), (2, 4)):
+    for bn, bk, warps, ppc in itertools.product((64, 128, 256), (128, 256), (4, 8), (2, 4, 8)):
         cfg = {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": 2, "programs_per_cu": ppc}
         for k, n in ((4096, 11008), (11008, 4096)):
             try:
-                rows.append(decode_case(k, n, 1, False, copy_bw, cfg))
+                rows.append(decode_case(k, n, 1, False, copy_bw, cfg, baseline=False))
             except Exception as exc:  # a config that does not compile is recorded, not fatal
                 rows.append({"path": "gemv", "K": k, "N": n, "config": cfg, "error": str(exc)[:200]})
-    for bm, bn, bk, warps, stages in ((128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (128, 128, 128, 8, 3),
-                                      (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (256, 128, 64, 8, 3)):
+    for bn, bk, warps, ppc in itertools.product((64, 128), (128, 256), (4, 8), (2, 4)):
+        cfg = {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": 2, "programs_per_cu": ppc}
+        try:
+            r = decode_case(4096, 11008, 16, False, copy_bw, cfg, baseline=False)
+            r["path"] = "gemv16"
+            rows.append(r)
+        except Exception as exc:
+            rows.append({"path": "gemv16", "K": 4096, "N": 11008, "config": cfg, "error": str(exc)[:200]})
+    for bm, bn, bk, warps, stages in ((128, 128, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
+                                      (64, 128, 64, 4, 4), (64, 64, 64, 4, 4)):
         cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps, "num_stages": stages}
-        for k, n in ((4096, 11008), (11008, 4096)):
+        for m in (64, 2048):
             try:
-                rows.append(prefill_case(k, n, 2048, False, mm_rate, cfg))
+                rows.append(prefill_case(4096, 11008, m, False, mm_rate, cfg, route="gemm"))
             except Exception as exc:
-                rows.append({"path": "gemm", "K": k, "N": n, "config": cfg, "error": str(exc)[:200]})
+                rows.append({"path": "gemm", "K": 4096, "N": 11008, "config": cfg, "error": str(exc)[:200]})
+    for m in (32, 64, 128, 256, 512):
+        for route in ("gemm", "dequant"):
+            r = prefill_case(4096, 11008, m, False, mm_rate, route=route)
+            r["path"] = f"{route}-M{m}"
+            rows.append(r)
     return rows
 
 
@@ -177,6 +192,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         result["rows"].append(decode_case(k, n, 16, False, copy_bw))
     for (k, n), act in itertools.product(SHAPES, (False, True)):
         result["rows"].append(prefill_case(k, n, 2048, act, mm_rate))
+    for k, n in SHAPES:
+        result["rows"].append(prefill_case(k, n, 2048, False, mm_rate, route="gemm"))
     print(f"device {result['device']} ({arch}); copy {copy_bw / 1e9:.0f} GB/s; fp16 matmul {mm_rate / 1e12:.0f} TFLOP/s")
     print(f"{'path':5} {'M':>5} {'K':>6} {'N':>6} {'act':>4} {'us':>8} {'GB/s':>7} {'%copy':>6} {'vs fp16':>8}")
     for r in result["rows"]:
@@ -184,15 +201,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"gemv  {r['M']:>5} {r['K']:>6} {r['N']:>6} {str(r['act_order'])[0]:>4} {r['ms'] * 1e3:8.1f} "
                   f"{r['GB_s']:7.0f} {r['pct_copy_bw']:6.1f} {r['speedup_vs_fp16']:7.2f}x")
         else:
-            print(f"gemm  {r['M']:>5} {r['K']:>6} {r['N']:>6} {str(r['act_order'])[0]:>4} {r['ms'] * 1e3:8.1f} "
+            print(f"{r['path'][:5]:5} {r['M']:>5} {r['K']:>6} {r['N']:>6} {str(r['act_order'])[0]:>4} {r['ms'] * 1e3:8.1f} "
                   f"{r['TFLOP_s']:6.0f}TF {r['pct_matmul_rate']:5.1f}% {r['ratio_vs_torch']:7.2f}x")
     if args.sweep:
         result["sweep"] = sweep(copy_bw, mm_rate)
         print("sweep (best first):")
         ok = [r for r in result["sweep"] if "error" not in r]
-        for r in sorted(ok, key=lambda r: (r["path"], r["K"], -r.get("pct_copy_bw", r.get("ratio_vs_torch", 0))))[:40]:
-            score = f"{r['pct_copy_bw']:.1f}%copy" if r["path"] == "gemv" else f"{r['ratio_vs_torch']:.2f}x"
-            print(f"  {r['path']} {r['K']}x{r['N']} {score} {r['ms'] * 1e3:.1f}us {r['config']}")
+        for r in sorted(ok, key=lambda r: (r["path"], r["K"], r.get("M", 0), -r.get("pct_copy_bw", r.get("ratio_vs_torch", 0)))):
+            score = f"{r['pct_copy_bw']:.1f}%copy" if "pct_copy_bw" in r else f"{r['ratio_vs_torch']:.2f}x"
+            cfg = r["config"] if isinstance(r["config"], str) else ",".join(f"{v}" for v in r["config"].values())
+            print(f"  {r['path']} M{r.get('M')} {r['K']}x{r['N']} {score} {r['ms'] * 1e3:.1f}us {cfg}")
         for r in result["sweep"]:
             if "error" in r:
                 print(f"  error {r['path']} {r['config']}: {r['error'][:120]}")

@@ -61,36 +61,89 @@ def _dequant_tile(qw_ptr, s_ptr, z_ptr, k0, offs_n, n_mask, N, K,
 
 
 @triton.jit
+def _row_group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, k0, N,
+                      GROUP_SIZE: tl.constexpr, BLOCK_K: tl.constexpr, HAS_ZEROS: tl.constexpr):
+    """Scales and zeros for a tile of word rows: one row vector when the tile lies in one group,
+    else one row per word row (8 input rows share a word, and groups are multiples of 16 rows)."""
+    if GROUP_SIZE == 0 or GROUP_SIZE % BLOCK_K == 0:
+        if GROUP_SIZE == 0:
+            g = 0
+        else:
+            g = k0 // GROUP_SIZE
+        s = tl.load(s_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        if HAS_ZEROS:
+            z = tl.load(z_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        else:
+            z = 8.0
+    else:
+        g = (rows * 8) // GROUP_SIZE
+        mask = r_mask[:, None] & n_mask[None, :]
+        s = tl.load(s_ptr + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        if HAS_ZEROS:
+            z = tl.load(z_ptr + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        else:
+            z = 8.0
+    return s, z
+
+
+@triton.jit
+def _nibble(packed, J: tl.constexpr):
+    """Nibble J of every word as an exact float32: OR-ed into the mantissa of 2**23, minus 2**23."""
+    return (((packed >> (4 * J)) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
 def _w4a16_gemv_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, K, stride_xm, stride_om, tiles_per_split,
     GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
 ):
+    # Works on a [BLOCK_K / 8, BLOCK_N] tile of packed words; nibble j of word row r is input row
+    # 8r + j, so no reshape is needed: each nibble plane meets its own strided slice of x.
+    R: tl.constexpr = BLOCK_K // 8
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
+    offs_r = tl.arange(0, R)
     offs_m = tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    k_words = tl.cdiv(K, 8)
+    if BLOCK_M == 1:
+        acc2 = tl.zeros([R, BLOCK_N], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     t0 = pid_k * tiles_per_split
     for t in range(t0, t0 + tiles_per_split):
-        k0 = t * BLOCK_K
-        qz, s = _dequant_tile(qw_ptr, s_ptr, z_ptr, k0, offs_n, n_mask, N, K, GROUP_SIZE, BLOCK_K, HAS_ZEROS)
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_mask = offs_k < K
-        if HAS_PERM:
-            xk = tl.load(perm_ptr + offs_k, mask=k_mask, other=0)
-        else:
-            xk = offs_k
+        rows = t * R + offs_r
+        r_mask = rows < k_words
+        packed = tl.load(qw_ptr + rows[:, None] * N + offs_n[None, :], mask=r_mask[:, None] & n_mask[None, :], other=0)
+        s, z = _row_group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, t * BLOCK_K, N, GROUP_SIZE, BLOCK_K,
+                                 HAS_ZEROS)
         if BLOCK_M == 1:
-            xv = tl.load(x_ptr + xk, mask=k_mask, other=0.0).to(tl.float32)
-            acc += (tl.sum(qz * xv[:, None], axis=0) * s)[None, :]
-        else:
-            xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + xk[None, :],
-                         mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-            acc = tl.dot(xt, (qz * s[None, :]).to(xt.dtype), acc)
+            part = tl.zeros([R, BLOCK_N], dtype=tl.float32)
+            xsum = tl.zeros([R], dtype=tl.float32)
+        for j in tl.static_range(8):
+            kj = rows * 8 + j
+            k_mask = kj < K
+            if HAS_PERM:
+                col = tl.load(perm_ptr + kj, mask=k_mask, other=0)
+            else:
+                col = kj
+            q = _nibble(packed, j)
+            if BLOCK_M == 1:
+                xj = tl.load(x_ptr + col, mask=k_mask, other=0.0).to(tl.float32)
+                part += q * xj[:, None]
+                xsum += xj
+            else:
+                xj = tl.load(x_ptr + offs_m[:, None] * stride_xm + col[None, :],
+                             mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+                acc = tl.dot(xj, ((q - z) * s).to(xj.dtype), acc)
+        if BLOCK_M == 1:
+            acc2 += s * (part - z * xsum[:, None])
+    if BLOCK_M == 1:
+        acc = tl.sum(acc2, axis=0)[None, :]
     out_mask = m_mask[:, None] & n_mask[None, :]
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     if SPLIT_K == 1:
@@ -100,15 +153,43 @@ def _w4a16_gemv_kernel(
     else:
         ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
         tl.atomic_add(ws_ptrs, acc, mask=out_mask, sem="relaxed")
+        # every thread's partial sums must be issued before this program takes its ticket
+        tl.debug_barrier()
         ticket = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
         if ticket == SPLIT_K - 1:
             ws_bits = ws_ptrs.to(tl.pointer_type(tl.int32))
-            old = tl.atomic_xchg(ws_bits, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32), mask=out_mask, sem="relaxed")
+            old = tl.atomic_xchg(ws_bits, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32), mask=out_mask, sem="acq_rel")
             total = old.to(tl.float32, bitcast=True)
-            tl.atomic_xchg(cnt_ptr + pid_n, 0, sem="relaxed")
             if HAS_BIAS:
                 total += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
             tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.debug_barrier()
+            tl.atomic_xchg(cnt_ptr + pid_n, 0, sem="acq_rel")
+
+
+@triton.jit
+def _w4a16_dequant_kernel(
+    qw_ptr, s_ptr, z_ptr, perm_ptr, w_ptr, N, K,
+    GROUP_SIZE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr,
+):
+    """Dequantize to a dense [K, N] weight in the original row order (for the BLAS prefill route)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    r_mask = rows < tl.cdiv(K, 8)
+    packed = tl.load(qw_ptr + rows[:, None] * N + offs_n[None, :], mask=r_mask[:, None] & n_mask[None, :], other=0)
+    s, z = _row_group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, 0, N, GROUP_SIZE, 1 << 30, HAS_ZEROS)
+    for j in tl.static_range(8):
+        kj = rows * 8 + j
+        k_mask = kj < K
+        if HAS_PERM:
+            dst = tl.load(perm_ptr + kj, mask=k_mask, other=0)
+        else:
+            dst = kj
+        w = (_nibble(packed, j) - z) * s
+        tl.store(w_ptr + dst.to(tl.int64)[:, None] * N + offs_n[None, :], w.to(w_ptr.dtype.element_ty),
+                 mask=k_mask[:, None] & n_mask[None, :])
 
 
 @triton.jit
@@ -225,8 +306,10 @@ def _num_cus(device: torch.device) -> int:
 
 
 def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor] = None,
-                 config: Optional[dict[str, Any]] = None) -> torch.Tensor:
-    """Run the W4A16 Triton kernels; `config` overrides the per-arch choice (used by the sweep)."""
+                 config: Optional[dict[str, Any]] = None, route: Optional[str] = None) -> torch.Tensor:
+    """Run the W4A16 kernels. Up to 16 rows: the split-K GEMV. Above: the tiled Triton GEMM, or from
+    `dequant_min_m` rows on (per arch) dequantize once into a dense weight and call the BLAS matmul.
+    `config` / `route` ("gemv", "gemm", "dequant") override the per-arch choice (for the benchmark sweep)."""
     k, n = w.in_features, w.out_features
     x2 = x.reshape(-1, k)
     if x2.stride(-1) != 1:
@@ -236,14 +319,21 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
     if m == 0:
         return out.reshape(*x.shape[:-1], n)
     arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
+    if route is None:
+        route = "gemv" if m <= 16 else ("dequant" if m >= dequant_min_m(arch) else "gemm")
+    if route == "dequant":
+        return _dequant_matmul(x2, w, bias, arch).reshape(*x.shape[:-1], n)
     gs = _group_arg(w)
     z = w.zeros if w.zeros is not None else w.scales
     perm = w.perm if w.perm is not None else w.qweight
     b = bias if bias is not None else w.scales
     flags = dict(HAS_ZEROS=w.zeros is not None, HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None)
-    if m <= 16:
+    if route == "gemv":
+        if m > 16:
+            raise ValueError("the GEMV route takes at most 16 rows")
         cfg = dict(config or (INTERPRET_GEMV if arch == "cpu" else _family_config(GEMV_CONFIGS, arch)))
-        bk = _tile_k(cfg["BLOCK_K"], w.group_size, k)
+        block_m = 1 if m == 1 else 16
+        bk = cfg["BLOCK_K"] if block_m == 1 else max(cfg["BLOCK_K"], 128)
         bn = cfg["BLOCK_N"]
         n_tiles = triton.cdiv(n, bn)
         k_tiles = triton.cdiv(k, bk)
@@ -254,7 +344,6 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
         per = triton.cdiv(k_tiles, split)
         split = triton.cdiv(k_tiles, per)
         ws, cnt = _workspace(x.device, n, n_tiles) if split > 1 else (out, out)
-        block_m = 1 if m == 1 else 16
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, w.qweight, w.scales, z, perm, b, out, ws, cnt,
             m, n, k, x2.stride(0), out.stride(0), per,
@@ -274,6 +363,40 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
     return out.reshape(*x.shape[:-1], n)
 
 
+DEQUANT_MIN_M: dict[str, int] = {"cdna2": 256, "cdna3": 256, "cdna4": 256, "rdna3": 256, "hopper": 256,
+                                 "default": 256, "cpu": 1 << 62}
+"""Rows from which dequantize-then-BLAS beats the fused GEMM (the dense weight is written and read
+once per call, which the BLAS amortizes over many rows). Never in the interpreter."""
+DEQUANT_CONFIG = {"BLOCK_R": 16, "BLOCK_N": 256, "num_warps": 4}
+
+
+def dequant_min_m(arch: str) -> int:
+    return DEQUANT_MIN_M.get(arch_family(arch), DEQUANT_MIN_M["default"])
+
+
+def dequantize_dense(w: "W4A16Weight", dtype: torch.dtype, arch: Optional[str] = None) -> torch.Tensor:
+    """The dense ``[K, N]`` weight in `dtype` and the original row order, computed by the dequant kernel."""
+    k, n = w.in_features, w.out_features
+    arch = arch or ("cpu" if interpret_mode() else device_arch(w.qweight.device.index or 0))
+    cfg = dict(DEQUANT_CONFIG) if arch != "cpu" else {"BLOCK_R": 4, "BLOCK_N": 32, "num_warps": 1}
+    dense = torch.empty(k, n, dtype=dtype, device=w.qweight.device)
+    grid = (triton.cdiv(triton.cdiv(k, 8), cfg["BLOCK_R"]), triton.cdiv(n, cfg["BLOCK_N"]))
+    _w4a16_dequant_kernel[grid](
+        w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
+        w.perm if w.perm is not None else w.qweight, dense, n, k,
+        GROUP_SIZE=_group_arg(w), BLOCK_R=cfg["BLOCK_R"], BLOCK_N=cfg["BLOCK_N"],
+        HAS_ZEROS=w.zeros is not None, HAS_PERM=w.perm is not None, num_warps=cfg["num_warps"],
+    )
+    return dense
+
+
+def _dequant_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str) -> torch.Tensor:
+    dense = dequantize_dense(w, x2.dtype, arch)
+    if bias is not None:
+        return torch.addmm(bias.to(x2.dtype), x2, dense)
+    return x2 @ dense
+
+
 # ---------------------------------------------------------------- AMD compile specs
 
 _COMMON_SIG = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "perm_ptr": "*i32",
@@ -284,7 +407,8 @@ _CDNA = ("gfx90a", "gfx942", "gfx950")
 _RDNA3 = ("gfx1100",)
 
 
-def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[str, ...]) -> CompileSpec:
+def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[str, ...],
+               group: int = 128) -> CompileSpec:
     sig = dict(_COMMON_SIG, ws_ptr="*fp32", cnt_ptr="*i32", M="i32", N="i32", K="i32", stride_xm="i32",
                stride_om="i32", tiles_per_split="i32")
     names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS")
@@ -296,10 +420,11 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[s
     cfg0 = _family_config(GEMV_CONFIGS, archs[-1])
     tag = ("asym" if zeros else "sym") + (",act-order" if perm else "") + (",rdna3" if archs == _RDNA3 else "")
     return CompileSpec(
-        name=f"w4a16_gemv[m{block_m},g128,split{split},{tag}]",
+        name=f"w4a16_gemv[m{block_m},g{group},split{split},{tag}]",
         kernel=_w4a16_gemv_kernel,
         signature=sig,
-        constexprs={"GROUP_SIZE": 128, "BLOCK_M": block_m, "BLOCK_N": cfg0["BLOCK_N"], "BLOCK_K": cfg0["BLOCK_K"],
+        constexprs={"GROUP_SIZE": group, "BLOCK_M": block_m, "BLOCK_N": cfg0["BLOCK_N"],
+                    "BLOCK_K": cfg0["BLOCK_K"] if block_m == 1 else max(cfg0["BLOCK_K"], 128),
                     "SPLIT_K": split, "HAS_ZEROS": zeros, "HAS_PERM": perm, "HAS_BIAS": False},
         options=options,
         hot=True,
@@ -332,13 +457,32 @@ def _gemm_spec(zeros: bool, perm: bool, group: int, archs: tuple[str, ...]) -> C
     )
 
 
+def _dequant_spec(archs: tuple[str, ...]) -> CompileSpec:
+    sig = {"qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "perm_ptr": "*i32", "w_ptr": "*fp16",
+           "N": "i32", "K": "i32"}
+    sig.update({c: "constexpr" for c in ("GROUP_SIZE", "BLOCK_R", "BLOCK_N", "HAS_ZEROS", "HAS_PERM")})
+    return CompileSpec(
+        name="w4a16_dequant[g128,asym,act-order" + (",rdna3]" if archs == _RDNA3 else "]"),
+        kernel=_w4a16_dequant_kernel,
+        signature=sig,
+        constexprs={"GROUP_SIZE": 128, "BLOCK_R": DEQUANT_CONFIG["BLOCK_R"], "BLOCK_N": DEQUANT_CONFIG["BLOCK_N"],
+                    "HAS_ZEROS": True, "HAS_PERM": True},
+        options=lambda arch: {"num_warps": DEQUANT_CONFIG["num_warps"], "num_stages": 1},
+        hot=True,
+        uses_dot=False,
+        archs=archs,
+    )
+
+
 AMD_COMPILE_SPECS: list[CompileSpec] = [
     spec
     for archs in (_CDNA, _RDNA3)
     for spec in (
         _gemv_spec(1, 1, False, False, archs),
         _gemv_spec(1, 8, True, True, archs),
+        _gemv_spec(1, 4, True, False, archs, group=32),
         _gemv_spec(16, 4, True, False, archs),
+        _dequant_spec(archs),
         _gemm_spec(False, False, 128, archs),
         _gemm_spec(True, True, 128, archs),
         _gemm_spec(True, False, 32, archs),

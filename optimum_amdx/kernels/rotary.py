@@ -57,17 +57,23 @@ def rotary_embedding_reference(
 def _rotate_heads(base, tok_stride, head_stride, t, n_heads, c, s, offs_h, offs_p,
                   HALF: tl.constexpr, INTERLEAVED: tl.constexpr):
     ptr = base + t * tok_stride + offs_h[:, None] * head_stride
-    mask = (offs_h[:, None] < n_heads) & (offs_p[None, :] < HALF)
     if INTERLEAVED:
-        pa = ptr + 2 * offs_p[None, :]
-        pb = pa + 1
+        # one contiguous load of the rotated features, split into (even, odd) pairs in registers
+        BLOCK_P: tl.constexpr = offs_p.shape[0]
+        offs_d = tl.arange(0, 2 * BLOCK_P)
+        mask = (offs_h[:, None] < n_heads) & (offs_d[None, :] < 2 * HALF)
+        x = tl.load(ptr + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+        a, b = tl.split(tl.reshape(x, [offs_h.shape[0], BLOCK_P, 2]))
+        y = tl.reshape(tl.join(a * c - b * s, b * c + a * s), [offs_h.shape[0], 2 * BLOCK_P])
+        tl.store(ptr + offs_d[None, :], y.to(base.dtype.element_ty), mask=mask)
     else:
+        mask = (offs_h[:, None] < n_heads) & (offs_p[None, :] < HALF)
         pa = ptr + offs_p[None, :]
         pb = pa + HALF
-    a = tl.load(pa, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(pb, mask=mask, other=0.0).to(tl.float32)
-    tl.store(pa, (a * c - b * s).to(base.dtype.element_ty), mask=mask)
-    tl.store(pb, (b * c + a * s).to(base.dtype.element_ty), mask=mask)
+        a = tl.load(pa, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(pb, mask=mask, other=0.0).to(tl.float32)
+        tl.store(pa, (a * c - b * s).to(base.dtype.element_ty), mask=mask)
+        tl.store(pb, (b * c + a * s).to(base.dtype.element_ty), mask=mask)
 
 
 @triton.jit

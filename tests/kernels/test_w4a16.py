@@ -164,6 +164,23 @@ def test_split_k_workspace_is_left_clean_and_reused():
         assert int(cnt.abs().sum()) == 0 and float(ws.abs().sum()) == 0.0
 
 
+@pytest.mark.parametrize("act_order", [False, True])
+@pytest.mark.parametrize("route", ["gemv", "gemm", "dequant"])
+def test_every_route_matches_reference(route, act_order):
+    from optimum_amdx.kernels._w4a16_triton import dequantize_dense, w4a16_triton
+
+    m = 3 if route == "gemv" else 20
+    qweight, qzeros, scales, g_idx, expected = quantize(160, 48, 4, 32, False, act_order, "gptq", seed=21 + m)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=32)
+    x = torch.randn(m, 160, generator=torch.Generator().manual_seed(m)).half().to(DEVICE)
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(3)).half().to(DEVICE)
+    exact = x.float() @ expected.to(DEVICE) + bias.float()
+    out = w4a16_triton(x, w, bias, route=route)
+    torch.testing.assert_close(out.float(), exact, rtol=0, atol=2e-2 * exact.abs().max().item())
+    if route == "dequant":
+        torch.testing.assert_close(dequantize_dense(w, torch.float32), expected.to(DEVICE), rtol=0, atol=0)
+
+
 def test_uneven_act_order_groups_fall_back_to_reference():
     qweight, qzeros, scales, _, _ = quantize(64, 16, 4, 32, False, False, "gptq", seed=2)
     g_idx = torch.zeros(64, dtype=torch.int32)
