@@ -24,6 +24,22 @@ def check_gqa(num_heads: int, num_kv_heads: int) -> int:
     return num_heads // num_kv_heads
 
 
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_head_dim: int) -> int:
+    """Validate q against keys/values (same head size, same K/V shapes); returns query heads per KV head."""
+    from optimum_amdx.errors import InvalidArgumentError
+
+    if k.shape != v.shape:
+        raise InvalidArgumentError(
+            f"attention: keys {tuple(k.shape)} and values {tuple(v.shape)} must have the same shape."
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise InvalidArgumentError(
+            f"attention: query head size {q.shape[-1]} differs from the key/value head size {k.shape[-1]}; "
+            "pass q, k and v of one model layer."
+        )
+    return check_gqa(q.shape[1], k.shape[kv_head_dim])
+
+
 def _masked_softmax_attention(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from optimum_amdx.kernels.attention_reference import (
-    check_gqa,
+    check_qkv,
     flash_attention_reference,
     flash_attention_varlen_reference,
 )
@@ -34,7 +34,7 @@ def flash_attention(
     Causal is aligned bottom-right when Sq < Sk (query i sees keys <= i + Sk - Sq); rows that see no
     key are zeros. On the Triton path the result is a view of a [B, Sq, Hq, D] buffer.
     """
-    check_gqa(q.shape[1], k.shape[1])
+    check_qkv(q, k, v, kv_head_dim=1)
     if use_triton(q, k, v):
         from optimum_amdx.kernels.flash_attention_triton import flash_attention_triton
 
@@ -58,7 +58,7 @@ def flash_attention_varlen(
     cu_seqlens_q/k [B + 1] int32 delimit the sequences; max_seqlen_q/k are caller-given upper bounds
     that only size the launch (no host synchronization). Causal is bottom-right within each sequence.
     """
-    check_gqa(q.shape[1], k.shape[1])
+    check_qkv(q, k, v, kv_head_dim=1)
     if use_triton(q, k, v):
         from optimum_amdx.kernels.flash_attention_triton import flash_attention_varlen_triton
 

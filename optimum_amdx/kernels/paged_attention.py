@@ -11,7 +11,7 @@ import torch
 from typing import Any
 
 from optimum_amdx.kernels.attention_reference import (
-    check_gqa,
+    check_qkv,
     reshape_and_cache_reference,
     unified_attention_reference,
 )
@@ -72,7 +72,7 @@ def unified_attention(
     contexts the key range is split across programs (flash-decoding) and reduced; `num_splits` forces
     a split count (1 disables it).
     """
-    check_gqa(q.shape[1], k_cache.shape[2])
+    check_qkv(q, k_cache, v_cache, kv_head_dim=2)
     if use_triton(q, k_cache, v_cache):
         from optimum_amdx.kernels.paged_attention_triton import unified_attention_triton
 

@@ -98,6 +98,8 @@ def test_rejects_head_counts_that_do_not_divide():
     q, k = torch.randn(1, 5, 4, 64), torch.randn(1, 2, 4, 64)
     with pytest.raises(InvalidArgumentError, match="num_kv_heads"):
         flash_attention(q, k, k)
+    with pytest.raises(InvalidArgumentError, match="head size"):
+        flash_attention(q, torch.randn(1, 5, 4, 32), torch.randn(1, 5, 4, 32))
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
