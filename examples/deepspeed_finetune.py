@@ -19,15 +19,17 @@ import sys
 import tempfile
 
 
-def build_dataset(vocab_size: int, n: int, seq_len: int, seed: int):
-    """Seeded random token sequences with a learnable pattern (each sequence repeats a short motif)."""
+def build_dataset(vocab_size: int, n: int, seq_len: int, seed: int) -> list[dict]:
+    """Seeded random token sequences with a learnable pattern (each sequence repeats a short motif).
+
+    A plain list of examples is a valid map-style dataset for the Trainer, so no `datasets` install is needed.
+    """
     import torch
-    from datasets import Dataset
 
     gen = torch.Generator().manual_seed(seed)
     motifs = torch.randint(1, vocab_size, (n, 4), generator=gen)
     ids = motifs.repeat(1, seq_len // 4 + 1)[:, :seq_len]
-    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    return [{"input_ids": row, "labels": row.clone()} for row in ids]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -203,6 +203,7 @@ def parse_amd_smi(text: str) -> Topology:
 
 def parse_nvidia_smi(text: str) -> Topology:
     """Parse `nvidia-smi topo -m`: NV# (NVLink count), PIX/PXB/PHB/NODE/SYS, NUMA affinity."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header on a terminal
     lines = [ln for ln in text.splitlines() if ln.strip()]
     header_idx = next((k for k, ln in enumerate(lines) if re.match(r"\s+GPU0\b", ln) or ln.startswith("\tGPU0")), None)
     if header_idx is None:

@@ -171,3 +171,11 @@ def test_launch_cli_dry_run(capsys):
     assert "ROCR_VISIBLE_DEVICES=0,1" in err and "script.py --flag" in err
     assert main(["launch", "--gpus", "16", *files, "--dry-run", "--", "script.py"]) == 2
     assert "Asked for 16 GPUs but only 8" in capsys.readouterr().err
+
+
+def test_real_nvidia_smi_topo_from_h200_pair():
+    topo = parse_topology((DATA / "nvidia_smi_topo_h200x2.txt").read_text())
+    assert topo.vendor == "nvidia" and topo.num_devices == 2
+    assert topo.link_type[0][1] == "NV18" and topo.numa == [0, 0]
+    plan = plan_launch(["run.py"], 2, topology=topo, environ={})
+    assert plan.env_updates == {"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
