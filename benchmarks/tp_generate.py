@@ -127,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     n_params = make_model(args.shape, args.dtype, args.seed, model_dir)
     bw = copy_bandwidth_tbs()
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    bytes_per_param = 4 if args.dtype == "float32" else 2
 
     cases = [run_case(model_dir, 1, "none", args, workdir)]
     for backend in [b for b in args.backends.split(",") if b]:
@@ -155,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in c["runs"]:
             ref = refs.get((c["dtype"], r["batch"]))
             diff = None if ref is None else first_difference(r["tokens"], ref)
+            bytes_per_param = 4 if c["dtype"] == "float32" else 2
             floor_ms = (bytes_per_param * n_params / c["tp"] / (bw * 1e12) * 1e3) if bw else None
             per_token_ms = r["seconds_median"] / args.max_new_tokens * 1e3 if r["seconds_median"] else None
             rows.append({"tp": c["tp"], "backend": c["backend"], "dtype": c["dtype"], "batch": r["batch"],
