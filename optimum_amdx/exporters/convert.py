@@ -100,6 +100,26 @@ def _graph_io(path: Path) -> tuple[dict, dict]:
     return {v.name: dims(v) for v in graph.input}, {v.name: dims(v) for v in graph.output}
 
 
+def _name_dynamic_dims(path: Path, axes: dict[str, dict[int, str]]) -> None:
+    """Give the graph's dynamic input/output dims the documented names.
+
+    torch.onnx derives output dim names from expressions ("past_sequence_length + sequence_length");
+    users and MIGraphX bucket files read the plain names ("total_sequence_length").
+    """
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    changed = False
+    for value in list(model.graph.input) + list(model.graph.output):
+        for index, name in axes.get(value.name, {}).items():
+            dim = value.type.tensor_type.shape.dim[index]
+            if not dim.dim_value and dim.dim_param != name:
+                dim.dim_param = name
+                changed = True
+    if changed:
+        onnx.save(model, str(path))
+
+
 def _save_extras(out: Path, model, tokenizer, source: Path | None, task: str) -> list[str]:
     """config.json, generation_config.json and tokenizer files; returns the tokenizer files written."""
     model.config.save_pretrained(out)
@@ -195,6 +215,7 @@ def export_model(
                 verbose=False,
             )
         program.save(str(raw), external_data=use_external)
+        _name_dynamic_dims(raw, spec.dynamic_axes)
         onnx.checker.check_model(str(raw))
 
         opt_summary = None

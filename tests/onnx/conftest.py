@@ -1,0 +1,138 @@
+"""Fixtures for the ONNX path: tiny seeded random models (saved like hub folders) and their exports.
+
+Tiny decoders reuse SmolLM2's tokenizer and tiny encoders all-MiniLM's, so pipelines get real
+tokenizers while the graphs stay small. Exports are module- or session-scoped: tracing is the slow part.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+warnings.filterwarnings("ignore")
+
+
+def _decoder_config(kind: str, vocab: int):
+    from transformers import LlamaConfig, Qwen2Config
+
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=2, tie_word_embeddings=False,
+                  initializer_range=0.3)
+    if kind == "llama":
+        return LlamaConfig(**common)
+    return Qwen2Config(**common)
+
+
+def _save_decoder(kind: str, folder: Path, tokenizer) -> Path:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed({"llama": 11, "qwen2": 12}[kind])
+    # A wide init (initializer_range 0.3) spreads the logits, so greedy choices are not near-ties.
+    model = AutoModelForCausalLM.from_config(_decoder_config(kind, len(tokenizer)))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _save_encoder(task: str, folder: Path, tokenizer) -> Path:
+    from transformers import AutoModel, AutoModelForSequenceClassification, BertConfig
+
+    torch.manual_seed(13 if task == "feature-extraction" else 14)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, max_position_embeddings=128, num_labels=3,
+                        id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2})
+    cls = AutoModel if task == "feature-extraction" else AutoModelForSequenceClassification
+    cls.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    from optimum_amdx.models import resolve_model
+
+    return resolve_model("default")
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    from optimum_amdx.models import resolve_model
+
+    return resolve_model("all-minilm-l6-v2")
+
+
+@pytest.fixture(scope="session")
+def decoder_tokenizer(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def encoder_tokenizer(minilm_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, decoder_tokenizer) -> Path:
+    return _save_decoder("llama", tmp_path_factory.mktemp("tiny-llama"), decoder_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory, decoder_tokenizer) -> Path:
+    return _save_decoder("qwen2", tmp_path_factory.mktemp("tiny-qwen2"), decoder_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory, encoder_tokenizer) -> Path:
+    return _save_encoder("feature-extraction", tmp_path_factory.mktemp("tiny-bert"), encoder_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_cls_dir(tmp_path_factory, encoder_tokenizer) -> Path:
+    return _save_encoder("text-classification", tmp_path_factory.mktemp("tiny-bert-cls"), encoder_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def llama_onnx(tmp_path_factory, tiny_llama_dir) -> Path:
+    from optimum_amdx.exporters import export_model
+
+    return export_model(tiny_llama_dir, tmp_path_factory.mktemp("llama-onnx") / "out", optimize="extended").output_dir
+
+
+@pytest.fixture(scope="session")
+def qwen2_onnx(tmp_path_factory, tiny_qwen2_dir) -> Path:
+    from optimum_amdx.exporters import export_model
+
+    return export_model(tiny_qwen2_dir, tmp_path_factory.mktemp("qwen2-onnx") / "out").output_dir
+
+
+@pytest.fixture(scope="session")
+def bert_onnx(tmp_path_factory, tiny_bert_dir) -> Path:
+    from optimum_amdx.exporters import StaticShapes, export_model
+
+    return export_model(tiny_bert_dir, tmp_path_factory.mktemp("bert-onnx") / "out", optimize="extended",
+                        static_shapes=StaticShapes((1, 4), (16, 32))).output_dir
+
+
+@pytest.fixture(scope="session")
+def bert_cls_onnx(tmp_path_factory, tiny_bert_cls_dir) -> Path:
+    from optimum_amdx.exporters import export_model
+
+    return export_model(tiny_bert_cls_dir, tmp_path_factory.mktemp("bert-cls-onnx") / "out").output_dir
+
+
+def _folder_snapshot(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def folder_snapshot():
+    """Names and sizes of the files under a folder (to show that a failed command changed nothing)."""
+    return _folder_snapshot
