@@ -244,7 +244,7 @@ def deepspeed_config(
 
     rungs = _ladder(task, world, nvme_path is not None)
     if zero_stage is not None:
-        rungs = [p for p in rungs if p.zero_stage == zero_stage or (p.zero_stage == 3 and zero_stage == 3)]
+        rungs = [p for p in rungs if p.zero_stage == zero_stage]
         if not rungs:
             rungs = [Placement(zero_stage), Placement(zero_stage, activation_checkpointing=True)]
     rejected: list[tuple[str, float]] = []
