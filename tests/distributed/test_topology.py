@@ -179,3 +179,14 @@ def test_real_nvidia_smi_topo_from_h200_pair():
     assert topo.link_type[0][1] == "NV18" and topo.numa == [0, 0]
     plan = plan_launch(["run.py"], 2, topology=topo, environ={})
     assert plan.env_updates == {"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def test_real_amd_smi_topology_from_amd_changelog():
+    topo = parse_topology((DATA / "amd_smi_topology_8gpu_xgmi.txt").read_text())
+    assert topo.sources == ["amd-smi"] and topo.num_devices == 8
+    assert topo.labels[4] == "0000:9f:00.0"
+    assert topo.weight[0][7] == 15 and topo.hops[5][2] == 1 and topo.link_type[1][6] == "XGMI"
+    assert topo.bandwidth[3][4] == 50_000 and topo.bandwidth[3][3] is None
+    assert all(topo.direct(i, j) for i in range(8) for j in range(8) if i != j)
+    assert choose_devices(topo, 4) == [0, 1, 2, 3]  # a full XGMI mesh: every subset is equal
+    assert choose_devices(topo, 2, candidates=[3, 5, 6]) == [3, 5]
