@@ -171,3 +171,13 @@ def test_cli_writes_config_and_table(tmp_path, capsys):
     assert config["zero_optimization"]["stage"] in (1, 2, 3)
     assert main(["deepspeed-config", "--model", "llama-2-7b", "--gpu", "nope"]) == 2
     assert "Unknown GPU 'nope'" in capsys.readouterr().err
+
+
+def test_other_architectures_are_counted_on_the_meta_device():
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    config = GPT2Config(n_embd=128, n_layer=3, n_head=4, vocab_size=1000, bos_token_id=0, eos_token_id=0)
+    plan = deepspeed_config(config, gpu="mi210", gpus=2)
+    real = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    assert plan.num_params == real
+    assert plan.estimate.params_bytes == 2 * real  # ZeRO-0 keeps whole 16-bit weights on each GPU
