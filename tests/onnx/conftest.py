@@ -1,7 +1,7 @@
 """Fixtures for the ONNX path: tiny seeded random models (saved like hub folders) and their exports.
 
-Tiny decoders reuse SmolLM2's tokenizer and tiny encoders all-MiniLM's, so pipelines get real
-tokenizers while the graphs stay small. Exports are module- or session-scoped: tracing is the slow part.
+Tiny models get word-level tokenizers built here from the standard library's pydoc topics, so
+these tests need no download; only tests/onnx/test_real_models.py uses the bundled real models. Exports are module- or session-scoped: tracing is the slow part.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _decoder_config(kind: str, vocab: int):
 
     common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                  bos_token_id=1, eos_token_id=2, pad_token_id=2, tie_word_embeddings=False,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
                   initializer_range=0.3)
     if kind == "llama":
         return LlamaConfig(**common)
@@ -65,18 +65,39 @@ def minilm_dir() -> Path:
     return resolve_model("all-minilm-l6-v2")
 
 
+def _word_tokenizer(encoder: bool):
+    """A word-level fast tokenizer over the 3000 commonest words of the stdlib's pydoc topics (no download)."""
+    import collections
+    import re
+
+    from pydoc_data.topics import topics
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = collections.Counter(w for text in topics.values() for w in re.findall(r"[a-z]+", text.lower()))
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] if encoder else ["<pad>", "<s>", "</s>", "<unk>"]
+    vocab = {tok: i for i, tok in enumerate(specials + sorted(w for w, _ in words.most_common(3000)))}
+    unk = "[UNK]" if encoder else "<unk>"
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=unk))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    if encoder:
+        backend.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+            special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+        return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=unk, pad_token="[PAD]", cls_token="[CLS]",
+                                       sep_token="[SEP]", mask_token="[MASK]")
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=unk, pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>", padding_side="left")
+
+
 @pytest.fixture(scope="session")
-def decoder_tokenizer(smollm2_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(smollm2_dir)
+def decoder_tokenizer():
+    return _word_tokenizer(encoder=False)
 
 
 @pytest.fixture(scope="session")
-def encoder_tokenizer(minilm_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(minilm_dir)
+def encoder_tokenizer():
+    return _word_tokenizer(encoder=True)
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,7 @@ def test_qwen2_graph_matches_pytorch_one_step(qwen2_onnx, tiny_qwen2_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen2_dir).eval()
     gen = torch.Generator().manual_seed(5)
     past = [torch.randn(3, 2, 4, 8, generator=gen) for _ in range(4)]
-    ids = torch.randint(5, 1000, (3, 1), generator=gen)
+    ids = torch.randint(5, 3000, (3, 1), generator=gen)
     mask = torch.ones(3, 5, dtype=torch.int64)
     pos = torch.full((3, 1), 4)
     with torch.no_grad():
