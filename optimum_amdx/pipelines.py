@@ -12,9 +12,11 @@ model happens to be ours.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from .errors import InvalidArgumentError
 
@@ -142,6 +144,32 @@ def _tokenizer_for(model: Any, model_obj: Any, tokenizer: Any):
     )
 
 
+class _OurModelNotListed(logging.Filter):
+    """Drops transformers' "model X is not supported for <task>" error, which checks class names only.
+
+    Our ORT and AMD model classes are not in transformers' Auto mappings (registering them there would
+    change transformers globally), yet they implement what the pipelines call.
+    """
+
+    def __init__(self, class_name: str) -> None:
+        super().__init__()
+        self.prefix = f"The model '{class_name}' is not supported"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(self.prefix)
+
+
+@contextlib.contextmanager
+def _quiet_model_type_check(model_obj: Any) -> Iterator[None]:
+    logger = logging.getLogger("transformers.pipelines.base")
+    flt = _OurModelNotListed(type(model_obj).__name__)
+    logger.addFilter(flt)
+    try:
+        yield
+    finally:
+        logger.removeFilter(flt)
+
+
 def pipeline(
     task: str,
     model: Any = "default",
@@ -179,4 +207,5 @@ def pipeline(
         model_obj = _rocm_model(task, model, dtype, trust_remote_code)
     tok = _tokenizer_for(model, model_obj, tokenizer)
     kwargs.setdefault("device", model_obj.device)
-    return transformers.pipeline(task, model=model_obj, tokenizer=tok, **kwargs)
+    with _quiet_model_type_check(model_obj):
+        return transformers.pipeline(task, model=model_obj, tokenizer=tok, **kwargs)
