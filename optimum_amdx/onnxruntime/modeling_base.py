@@ -141,20 +141,23 @@ class ORTSessionMixin:
             return source.resolve()
         from ..exporters import export_model
 
+        from ..models.cache import file_lock
+
         src = resolve_model(str(model_id))
         out = Path(cache_dir) if cache_dir else _export_cache_dir(src, cls.task, export_kwargs)
-        if (out / ONNX_FILE).is_file() and (out / METADATA_FILE).is_file():
-            return out
-        export_model(src, out, task=cls.task, overwrite=True, **dict(export_kwargs or {}))
+        with file_lock(out.with_name(out.name + ".lock")):
+            if not ((out / ONNX_FILE).is_file() and (out / METADATA_FILE).is_file()):
+                export_model(src, out, task=cls.task, overwrite=True, **dict(export_kwargs or {}))
         return out
 
 
 def _export_cache_dir(src: Path, task: str, export_kwargs: Mapping[str, Any] | None) -> Path:
-    """A stable cache folder for an on-the-fly export, keyed by source folder, task and options."""
+    """A stable cache folder for an on-the-fly export, keyed by source folder (and its files), task and options."""
     import hashlib
 
     from ..models.cache import cache_dir
 
-    key = json.dumps([str(src.resolve()), task, sorted((export_kwargs or {}).items(), key=str)], default=str)
+    stamps = sorted((p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in src.glob("*") if p.is_file())
+    key = json.dumps([str(src.resolve()), task, sorted((export_kwargs or {}).items(), key=str), stamps], default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / "onnx" / f"{src.name}-{task}-{digest}"

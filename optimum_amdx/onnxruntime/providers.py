@@ -163,7 +163,7 @@ def missing_libraries(provider: str) -> list[str]:
         try:
             ctypes.CDLL(str(own_path))
         except OSError as err:
-            problems.append(str(err).split(": ", 1)[-1] if ": " in str(err) else str(err))
+            problems.append(str(err))
     for dep in deps:
         found = False
         for candidate in (dep, *(f"{dep}.{v}" for v in range(7, 0, -1))):
