@@ -1,21 +1,27 @@
 """Triton kernels behind `optimum_amdx.kernels.w4a16` (4-bit GPTQ weights, fp16/bf16 activations).
 
-Two kernels read the `W4A16Weight` layout (int32 words packing 8 rows along K, row-major over N):
+All read the `W4A16Weight` layout (int32 words packing 8 rows along K, row-major over N). Three routes:
 
-- `_w4a16_gemv_kernel` for up to 16 activation rows (decode, bandwidth-bound). Each program
-  streams a ``[BLOCK_K / 8, BLOCK_N]`` tile of words per step (16-byte loads of 4 columns) over
-  its share of K. Split-K spreads a layer over the whole GPU: partial sums go to a float32
-  workspace with atomics; the last program of a column tile (counted with an atomic ticket)
-  reads and clears the workspace and writes the output, so one launch does everything and the
-  workspace is clean for the next call (and for graph replay).
-- `_w4a16_gemm_kernel` for prefill: tiles of x and dequantized weights into `tl.dot`
-  (MFMA on CDNA, WMMA on RDNA3, tensor cores on NVIDIA).
+- ``gemv`` (up to 16 rows; decode, bandwidth-bound): `_w4a16_gemv_kernel` streams
+  ``[BLOCK_K / 8, BLOCK_N]`` tiles of words (16-byte loads of 4 columns). Nibble plane ``j`` of word
+  row ``r`` is input row ``8r + j``, so each plane meets its own strided slice of x with plain
+  elementwise math into a 2D float32 accumulator (no reshape, no per-tile cross-thread reduction;
+  one reduction at the end). One row uses FMAs; 2..16 rows use ``tl.dot`` per nibble plane.
+  Split-K spreads a layer over the whole GPU: partial sums go to a float32 workspace with atomics;
+  after a barrier each program takes an atomic ticket and the last one for a column tile reads and
+  clears the workspace and writes the output, so one launch does everything and the workspace is
+  clean for the next call and for graph replay.
+- ``gemm`` (17 rows up to `dequant_min_m`): `_w4a16_gemm_kernel` dequantizes a ``[BLOCK_K, BLOCK_N]``
+  tile into registers and feeds ``tl.dot`` (MFMA on CDNA, WMMA on RDNA3, tensor cores on NVIDIA).
+- ``dequant`` (from `dequant_min_m` rows): `_w4a16_dequant_kernel` writes the dense weight once
+  and the BLAS matmul (hipBLASLt / cuBLAS) does the rest; at prefill sizes the dense write is
+  small next to the matmul, and the vendor GEMM is faster than a fused dequant GEMM.
 
-Dequantization: a nibble ``q`` OR-ed into the bits of float32 ``2**23`` reads as ``2**23 + q``,
-so ``(q - zero)`` costs a shift, a mask/or and one subtraction, no int-to-float conversion.
-Every K tile lies inside one quantization group (BLOCK_K divides the group size), so scales and
-zeros are one vector load per tile. Act-order weights were sorted by group at repack time; the
-kernels read activation column ``perm[k]`` for sorted row ``k``.
+Dequantization: a nibble ``q`` OR-ed into the mantissa of float32 ``2**23`` reads as ``2**23 + q``,
+so ``q`` costs a shift, a mask/or and one subtraction, no int-to-float conversion. Act-order
+weights were sorted by group at repack time; the GEMV reads activation column ``perm[k]`` for
+sorted row ``k``, the GEMM gets x with permuted columns, the dequant kernel writes rows back to
+their original position.
 """
 
 from __future__ import annotations
@@ -194,11 +200,13 @@ def _w4a16_dequant_kernel(
 
 @triton.jit
 def _w4a16_gemm_kernel(
-    x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr,
+    x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr,
     M, N, K, stride_xm, stride_om,
     GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
+    GROUP_M: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
 ):
+    # Act-order weights get x with its columns already permuted (one gather of M x K values by
+    # the caller): gathering inside every [BLOCK_M, BLOCK_K] tile measured 8-15x slower on H200.
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -215,11 +223,7 @@ def _w4a16_gemm_kernel(
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_mask = offs_k < K
-        if HAS_PERM:
-            xk = tl.load(perm_ptr + offs_k, mask=k_mask, other=0)
-        else:
-            xk = offs_k
-        xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + xk[None, :],
+        xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
                      mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         qz, s = _dequant_tile(qw_ptr, s_ptr, z_ptr, k0, offs_n, n_mask, N, K, GROUP_SIZE, BLOCK_K, HAS_ZEROS)
         acc = tl.dot(xt, (qz * s[None, :]).to(xt.dtype), acc)
@@ -249,6 +253,8 @@ GEMM_CONFIGS: dict[str, dict[str, Any]] = {
               "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 1},
     "rdna3": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 2,
               "waves_per_eu": 0},
+    # H200 sweep (first kernel version) at M=2048: 256x128 was 7% faster than 128x128 but spills on
+    # sm_90 and wastes half its rows below 256, the only sizes this route now serves.
     "hopper": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
     "default": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 2},
 }
@@ -265,6 +271,19 @@ def launch_options(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
     """Compiler options of a config: the AMD knobs only where the target is AMD."""
     amd = arch.startswith("gfx")
     return {k: cfg[k] for k in _LAUNCH_KEYS if k in cfg and (amd or k in ("num_warps", "num_stages"))}
+
+
+SMALL_M_GEMM = {"BLOCK_M": 32, "num_warps": 4}
+"""Tile for 17..64 rows: a 128/256-row tile would leave most of each matrix instruction idle."""
+
+
+def gemm_config(arch: str, m: int) -> dict[str, Any]:
+    """The arch's GEMM config, with the small-M tile below 65 rows."""
+    cfg = _family_config(GEMM_CONFIGS, arch)
+    if m <= 64:
+        cfg.update(SMALL_M_GEMM)
+        cfg["num_stages"] = min(cfg["num_stages"], 3)
+    return cfg
 
 
 def _tile_k(block_k: int, group_size: int, k: int) -> int:
@@ -351,14 +370,16 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
             **launch_options(cfg, arch),
         )
     else:
-        cfg = dict(config or (INTERPRET_GEMM if arch == "cpu" else _family_config(GEMM_CONFIGS, arch)))
+        cfg = dict(config or (INTERPRET_GEMM if arch == "cpu" else gemm_config(arch, m)))
         bk = _tile_k(cfg["BLOCK_K"], w.group_size, k)
+        if w.perm is not None:
+            x2 = x2.index_select(1, w.perm)
         grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
         _w4a16_gemm_kernel[grid](
-            x2, w.qweight, w.scales, z, perm, b, out,
+            x2, w.qweight, w.scales, z, b, out,
             m, n, k, x2.stride(0), out.stride(0),
             GROUP_SIZE=gs, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
-            **flags, **launch_options(cfg, arch),
+            HAS_ZEROS=flags["HAS_ZEROS"], HAS_BIAS=flags["HAS_BIAS"], **launch_options(cfg, arch),
         )
     return out.reshape(*x.shape[:-1], n)
 
@@ -433,23 +454,26 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[s
     )
 
 
-def _gemm_spec(zeros: bool, perm: bool, group: int, archs: tuple[str, ...]) -> CompileSpec:
-    sig = dict(_COMMON_SIG, M="i32", N="i32", K="i32", stride_xm="i32", stride_om="i32")
-    names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS")
+def _gemm_spec(zeros: bool, group: int, archs: tuple[str, ...], small_m: bool = False) -> CompileSpec:
+    sig = {k: v for k, v in _COMMON_SIG.items() if k != "perm_ptr"}
+    sig.update(M="i32", N="i32", K="i32", stride_xm="i32", stride_om="i32")
+    names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "HAS_ZEROS", "HAS_BIAS")
     sig.update({c: "constexpr" for c in names})
 
-    def options(arch: str) -> dict[str, Any]:
-        return launch_options(_family_config(GEMM_CONFIGS, arch), arch)
+    rows = 64 if small_m else 1 << 20
 
-    cfg0 = _family_config(GEMM_CONFIGS, archs[-1])
-    tag = ("asym" if zeros else "sym") + (",act-order" if perm else "") + (",rdna3" if archs == _RDNA3 else "")
+    def options(arch: str) -> dict[str, Any]:
+        return launch_options(gemm_config(arch, rows), arch)
+
+    cfg0 = gemm_config(archs[-1], rows)
+    tag = ("asym" if zeros else "sym") + (",m<=64" if small_m else "") + (",rdna3" if archs == _RDNA3 else "")
     return CompileSpec(
         name=f"w4a16_gemm[g{group},{tag}]",
         kernel=_w4a16_gemm_kernel,
         signature=sig,
         constexprs={"GROUP_SIZE": group, "BLOCK_M": cfg0["BLOCK_M"], "BLOCK_N": cfg0["BLOCK_N"],
                     "BLOCK_K": _tile_k(cfg0["BLOCK_K"], group, 1 << 30), "GROUP_M": cfg0["GROUP_M"],
-                    "HAS_ZEROS": zeros, "HAS_PERM": perm, "HAS_BIAS": False},
+                    "HAS_ZEROS": zeros, "HAS_BIAS": False},
         options=options,
         hot=True,
         uses_dot=True,
@@ -483,8 +507,9 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
         _gemv_spec(1, 4, True, False, archs, group=32),
         _gemv_spec(16, 4, True, False, archs),
         _dequant_spec(archs),
-        _gemm_spec(False, False, 128, archs),
-        _gemm_spec(True, True, 128, archs),
-        _gemm_spec(True, False, 32, archs),
+        _gemm_spec(False, 128, archs),
+        _gemm_spec(True, 128, archs),
+        _gemm_spec(True, 32, archs),
+        _gemm_spec(True, 128, archs, small_m=True),
     )
 ]
