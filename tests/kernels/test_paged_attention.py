@@ -226,3 +226,16 @@ def test_gpu_graph_capture_replays_with_new_lengths():
     torch.cuda.synchronize()
     ref = unified_attention_reference(**batch)
     torch.testing.assert_close(out.float(), ref.float(), atol=3e-3, rtol=1e-2)
+
+
+def test_split_k_heuristic_only_splits_an_underfilled_gpu():
+    from optimum_amdx.kernels.attention_configs import choose_num_splits
+
+    # 4 sequences x 8 KV heads on 132 SMs (H200): 32 programs -> 16 splits, 512 programs.
+    assert choose_num_splits("hopper", 4, 8, 16384, 1, 132, 128) == 16
+    # 32 x 8 = 256 programs already cover the GPU: no split (the H200 sweep measured splitting as slower).
+    assert choose_num_splits("hopper", 32, 8, 4096, 1, 132, 128) == 1
+    # Short contexts keep >= 4 key tiles per split; prefill batches and the interpreter never split.
+    assert choose_num_splits("cdna3", 1, 8, 1024, 1, 304, 64) == 4
+    assert choose_num_splits("hopper", 4, 8, 16384, 512, 132, 128) == 1
+    assert choose_num_splits("cpu", 1, 1, 16384, 1, 1, 16) == 1
