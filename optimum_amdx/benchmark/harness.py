@@ -44,6 +44,7 @@ class BenchmarkSpec:
     measure_ceilings: bool = False
     tunable_op: bool = False
     tunable_op_dir: str | None = None
+    threads: int | None = None
 
 
 def defaults_for(device: str) -> dict[str, Any]:
@@ -198,15 +199,31 @@ def run_benchmark(spec: BenchmarkSpec, log: Callable[[str], None] = lambda s: No
     """Run every point of `spec`; return the results document (schema `SCHEMA_ID`)."""
     import torch
 
-    from .. import __version__
-    from ..models import default_device, parse_dtype
-    from . import tunableop
-    from .ceilings import ceilings, environment
+    from ..models import default_device
 
     device = spec.device or default_device()
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InvalidArgumentError(f"--device {device} was asked for but torch sees no GPU; use --device cpu.")
     spec = _resolve_spec(spec, device)
+    if spec.threads is not None and spec.threads < 1:
+        raise InvalidArgumentError(f"--threads must be at least 1, got {spec.threads}.")
+    previous_threads = torch.get_num_threads()
+    if spec.threads is not None:
+        torch.set_num_threads(spec.threads)
+    try:
+        return _run(spec, device, log)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(spec: BenchmarkSpec, device: str, log: Callable[[str], None]) -> dict[str, Any]:
+    import torch
+
+    from .. import __version__
+    from ..models import parse_dtype
+    from . import tunableop
+    from .ceilings import ceilings, environment
+
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))  # events and memory stats follow the current device
     env = environment(device)

@@ -8,7 +8,7 @@ from optimum_amdx.cli.main import main
 
 TINY_ARGS = ["benchmark", "--model", "tiny-llama", "--device", "cpu", "--backends", "transformers",
              "--batch-sizes", "1,2", "--prompt-lengths", "8", "--new-tokens", "5", "--warmup", "1",
-             "--repeats", "2", "--seed", "3"]
+             "--repeats", "2", "--seed", "3", "--threads", "1"]
 
 
 @pytest.fixture(scope="session")

@@ -86,7 +86,7 @@ def test_choose_backends():
 
 
 @pytest.mark.parametrize("field,value", [("new_tokens", [1]), ("batch_sizes", [0]), ("repeats", 0),
-                                         ("quantizations", ["awq"])])
+                                         ("quantizations", ["awq"]), ("threads", 0)])
 def test_spec_validation(field, value):
     spec = BenchmarkSpec(model="tiny-llama", device="cpu", **{field: value})
     with pytest.raises(InvalidArgumentError):
@@ -105,8 +105,10 @@ def test_rocm_and_gptq_backends_on_tiny_llama():
     """Our engine and the 4-bit path run through the harness and stream exactly the asked tokens."""
     spec = BenchmarkSpec(model="tiny-llama", device="cpu", backends=["rocm", "transformers"],
                          quantizations=["none", "gptq-4bit"], batch_sizes=[2], prompt_lengths=[6],
-                         new_tokens=[4], warmup=0, repeats=1, seed=5)
+                         new_tokens=[4], warmup=0, repeats=1, seed=5, threads=1)
+    threads = torch.get_num_threads()
     doc = validate(run_benchmark(spec))
+    assert torch.get_num_threads() == threads
     rows = {(r["backend"], r["quantization"]): r for r in doc["results"]}
     assert set(rows) == {("rocm", "none"), ("rocm", "gptq-4bit"), ("transformers", "none"),
                          ("transformers", "gptq-4bit")}

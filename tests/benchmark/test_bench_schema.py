@@ -14,6 +14,7 @@ def test_real_run_matches_schema(tiny_run):
     assert doc["schema"] == SCHEMA_ID == "optimum-amdx.benchmark/1"
     validate(doc)
     assert doc["environment"]["device_type"] == "cpu"
+    assert doc["environment"]["torch_threads"] == 1 and doc["settings"]["threads"] == 1
     assert doc["model"]["source"] == "shape"
     assert doc["model"]["geometry"]["num_layers"] == 2
     assert doc["backends"]["transformers"]["available"] is True

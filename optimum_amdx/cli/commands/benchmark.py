@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per point (default: 3 CPU, 5 GPU)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random weights and prompts")
     parser.add_argument("--device", default=None, help="cpu or cuda[:N] (ROCm GPUs are cuda in PyTorch); default: GPU if any")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for torch (default: torch's choice; 1 avoids oversubscription on a busy CPU)")
     parser.add_argument("--gpu", default=None,
                         help="GPU profile for the roofline (mi300x, mi250, h200, ...), default: detected")
     parser.add_argument("--measure-ceilings", action="store_true",
@@ -125,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         batch_sizes=args.batch_sizes, prompt_lengths=args.prompt_lengths, new_tokens=args.new_tokens,
         warmup=args.warmup, repeats=args.repeats, seed=args.seed, device=args.device, gpu=args.gpu,
         measure_ceilings=args.measure_ceilings, tunable_op=args.tunable_op, tunable_op_dir=args.tunable_op_dir,
+        threads=args.threads,
     )
     _quiet_transformers()
     doc = run_benchmark(spec, log=lambda line: print(line, file=sys.stderr, flush=True))
