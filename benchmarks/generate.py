@@ -87,6 +87,21 @@ def make_new_tokens(n: int, lo: int, hi: int, seed: int) -> list[int]:
     return torch.randint(lo, hi + 1, (n,), generator=g).tolist()
 
 
+def workload_floor(prompts: list[list[int]], news: list[int], config, params: int, weight_bytes: int,
+                   copy_bw: float, matmul_flops: float) -> float:
+    """Seconds a perfect engine needs for this workload: prefill FLOPs at the matmul rate, then every
+    decode step reads all weights once plus the K/V of every still-running sequence at copy bandwidth."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kv_per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * 2
+    seconds = 2 * params * sum(map(len, prompts)) / matmul_flops
+    for step in range(1, max(news)):
+        active = [len(p) + step for p, n in zip(prompts, news) if n > step]
+        seconds += (weight_bytes + kv_per_token * sum(active)) / copy_bw
+    return seconds
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -226,6 +241,9 @@ def bench_ours(model, args, batch_prompts, batch_news, results: dict) -> None:
         assert engine.num_free_blocks == engine.num_blocks
         ours[f"b{b}_s"] = t
         ours[f"b{b}_tok_s"] = sum(news) / t
+        floor = workload_floor(prompts, news, model.config, results["params"], results["weight_bytes"],
+                               results["copy_bw_Bps"], results["matmul_flops"])
+        results.setdefault("floor", {})[f"b{b}_tok_s"] = sum(news) / floor
         print(f"  amdx b{b}: {sum(news) / t:.0f} tok/s", flush=True)
     ours["preemptions"] = engine.scheduler.num_preemptions
     print_table(results, args)
@@ -305,23 +323,26 @@ def _save(results: dict, path: str | None) -> None:
 def print_table(r: dict, args) -> None:
     ours, hf = r.get("amdx", {}), r.get("transformers", {})
     roof = r["roofline_b1_tok_s"]
-    rows = [("metric", "amdx", "transformers eager", "transformers static+compile")]
+    rows = [("metric", "amdx", "transformers eager", "transformers static+compile", "floor")]
+    floor = r.get("floor", {})
 
     def tok(x):
         return f"{x:.0f}" if x else "-"
 
     rows.append(("b1 decode tok/s", f"{1 / ours['b1_tpot_s']:.0f} ({100 / ours['b1_tpot_s'] / roof:.0f}% roof)",
                  tok(1 / hf["eager_b1_tpot_s"]) if "eager_b1_tpot_s" in hf else "-",
-                 tok(1 / hf["static_compile_b1_tpot_s"]) if "static_compile_b1_tpot_s" in hf else "-"))
+                 tok(1 / hf["static_compile_b1_tpot_s"]) if "static_compile_b1_tpot_s" in hf else "-", tok(roof)))
     rows.append(("b1 TPOT ms", f"{1e3 * ours['b1_tpot_s']:.2f}",
                  f"{1e3 * hf['eager_b1_tpot_s']:.2f}" if "eager_b1_tpot_s" in hf else "-",
-                 f"{1e3 * hf['static_compile_b1_tpot_s']:.2f}" if "static_compile_b1_tpot_s" in hf else "-"))
+                 f"{1e3 * hf['static_compile_b1_tpot_s']:.2f}" if "static_compile_b1_tpot_s" in hf else "-",
+                 f"{1e3 / roof:.2f}"))
     rows.append((f"TTFT({args.ttft_len}) ms", f"{1e3 * ours['ttft_s']:.1f}",
-                 f"{1e3 * hf['sdpa_eager_ttft_s']:.1f} (sdpa)" if "sdpa_eager_ttft_s" in hf else "-", "-"))
+                 f"{1e3 * hf['sdpa_eager_ttft_s']:.1f} (sdpa)" if "sdpa_eager_ttft_s" in hf else "-", "-",
+                 f"{1e3 * r['ttft_floor_s']:.1f}"))
     for b in args.batch_sizes:
         rows.append((f"b{b} tok/s", tok(ours.get(f"b{b}_tok_s")), tok(hf.get(f"eager_b{b}_tok_s")),
-                     tok(hf.get(f"static_compile_b{b}_tok_s"))))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+                     tok(hf.get(f"static_compile_b{b}_tok_s")), tok(floor.get(f"b{b}_tok_s"))))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
     print(f"\n{r['device']} | {r['shape']} fp16 | roofline {roof:.0f} tok/s "
           f"(copy {r['copy_bw_Bps'] / 1e12:.2f} TB/s / {r['weight_bytes'] / 1e9:.2f} GB) | "
           f"TTFT floor {1e3 * r['ttft_floor_s']:.1f} ms | graphs={ours.get('graphs')} blocks={ours.get('kv_blocks')} | "
