@@ -37,6 +37,7 @@ def environment(device: str) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "device_type": "cuda" if device.startswith("cuda") else "cpu",
         "cpu_count": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "torch_threads": torch.get_num_threads(),
     }
     if device.startswith("cuda"):

@@ -44,6 +44,10 @@ def format_results(doc: dict[str, Any]) -> str:
                     f"{_rate(ceil.get('matmul_flops_per_s'), 'FLOP/s')} ({ceil.get('matmul_source')})")
     else:
         head.append("roofline: no bandwidth known for this device (pass --measure-ceilings or --gpu NAME)")
+    load, cores = env.get("load_average_1m"), env.get("cpu_count")
+    if load is not None and cores and load > cores:
+        head.append(f"warning: the CPU was busy (load {load:.1f} on {cores} cores) when the run started: timings "
+                    "are unreliable; on a CPU backend, --threads 1 avoids oversubscription")
     headers = ["backend", "dtype", "quant", "batch", "prompt", "new", "TTFT ms", "p90", "TPOT ms", "p90",
                "tok/s", "e2e ms", "peak GiB", "%dec", "%pre"]
     rows = []

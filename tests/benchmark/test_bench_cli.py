@@ -109,3 +109,11 @@ def test_merge_rebuilds_a_split_run(tiny_run, tmp_path, capsys):
     (tmp_path / "mi300.json").write_text(json.dumps(other))
     assert main(["benchmark", "--merge", parts[0], str(tmp_path / "mi300.json"), "-o", str(tmp_path / "x")]) == 2
     assert "different environment device_names" in capsys.readouterr().err
+
+
+def test_table_warns_about_a_busy_cpu(tiny_run):
+    doc = copy.deepcopy(tiny_run[2])
+    doc["environment"].update(load_average_1m=9.5, cpu_count=2)
+    assert "CPU was busy (load 9.5 on 2 cores)" in format_results(doc)
+    doc["environment"].update(load_average_1m=0.5)
+    assert "busy" not in format_results(doc)
