@@ -99,6 +99,18 @@ def _nibble(packed, J: tl.constexpr):
 
 
 @triton.jit
+def _nibble_scaled(packed, high, J: tl.constexpr):
+    """Nibble J times 16**J (J < 5), or times 16**(J - 5) (J >= 5, read from ``high = packed >> 20``),
+    exactly, without shifting: the masked bits sit inside the 23-bit mantissa of 2**23, so one
+    and-or and one subtraction give the value. The caller scales x by the inverse power of 16."""
+    if J < 5:
+        bits = (packed & (0xF << (4 * J))) | 0x4B000000
+    else:
+        bits = (high & (0xF << (4 * (J - 5)))) | 0x4B000000
+    return bits.to(tl.float32, bitcast=True) - 8388608.0
+
+
+@triton.jit
 def _w4a16_gemv_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, K, stride_xm, stride_om, tiles_per_split,
@@ -130,6 +142,7 @@ def _w4a16_gemv_kernel(
         if BLOCK_M == 1:
             part = tl.zeros([R, BLOCK_N], dtype=tl.float32)
             xsum = tl.zeros([R], dtype=tl.float32)
+            high = packed >> 20
         for j in tl.static_range(8):
             kj = rows * 8 + j
             k_mask = kj < K
@@ -137,12 +150,17 @@ def _w4a16_gemv_kernel(
                 col = tl.load(perm_ptr + kj, mask=k_mask, other=0)
             else:
                 col = kj
-            q = _nibble(packed, j)
             if BLOCK_M == 1:
                 xj = tl.load(x_ptr + col, mask=k_mask, other=0.0).to(tl.float32)
-                part += q * xj[:, None]
                 xsum += xj
+                # q * 16**e times x * 16**-e: both scalings are exact powers of two
+                if j < 5:
+                    xs = xj * (1.0 / (1 << (4 * j)))
+                else:
+                    xs = xj * (1.0 / (1 << (4 * (j - 5))))
+                part += _nibble_scaled(packed, high, j) * xs[:, None]
             else:
+                q = _nibble(packed, j)
                 xj = tl.load(x_ptr + offs_m[:, None] * stride_xm + col[None, :],
                              mask=m_mask[:, None] & k_mask[None, :], other=0.0)
                 acc = tl.dot(xj, ((q - z) * s).to(xj.dtype), acc)
@@ -237,9 +255,11 @@ def _w4a16_gemm_kernel(
 
 GEMV_CONFIGS: dict[str, dict[str, Any]] = {
     # BLOCK_N columns per program, BLOCK_K rows per step, programs per CU/SM targeted by split-K.
-    "cdna2": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
-    "cdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
-    "cdna4": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 2, "programs_per_cu": 4},
+    # waves_per_eu stays 0 here: Triton passes it to LLVM as "N, N", which caps occupancy at N, and
+    # this bandwidth-bound loop wants every wave the ~64 VGPRs allow (8 per SIMD) in flight.
+    "cdna2": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 4},
+    "cdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 4},
+    "cdna4": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 4},
     "rdna3": {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 4},
     "hopper": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "programs_per_cu": 4},
     "default": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "programs_per_cu": 4},
@@ -451,6 +471,7 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[s
         hot=True,
         uses_dot=block_m > 1,
         archs=archs,
+        divisible_by_16=("N", "K", "stride_xm", "stride_om"),
     )
 
 
@@ -478,6 +499,7 @@ def _gemm_spec(zeros: bool, group: int, archs: tuple[str, ...], small_m: bool = 
         hot=True,
         uses_dot=True,
         archs=archs,
+        divisible_by_16=("N", "K", "stride_xm", "stride_om"),
     )
 
 
@@ -495,6 +517,7 @@ def _dequant_spec(archs: tuple[str, ...]) -> CompileSpec:
         hot=True,
         uses_dot=False,
         archs=archs,
+        divisible_by_16=("N", "K"),
     )
 
 

@@ -123,9 +123,11 @@ def discover_specs() -> list[tuple[str, int, CompileSpec]]:
 
 
 def _attrs(spec: CompileSpec) -> dict[tuple[int, ...], list[list[Any]]]:
-    """Pointers are 16-byte aligned, as torch allocations are and as Triton specializes at launch."""
+    """Pointers are 16-byte aligned, as torch allocations are and as Triton specializes at launch;
+    so are the integer arguments the spec lists in `divisible_by_16`."""
+    divisible = set(getattr(spec, "divisible_by_16", ()))
     return {(i,): [["tt.divisibility", 16]] for i, (name, ty) in enumerate(spec.signature.items())
-            if ty.startswith("*")}
+            if ty.startswith("*") or name in divisible}
 
 
 def spec_key(spec: CompileSpec, arch: str) -> str:
@@ -134,7 +136,8 @@ def spec_key(spec: CompileSpec, arch: str) -> str:
     import triton
 
     payload = json.dumps([spec.kernel.cache_key, spec.signature, {k: repr(v) for k, v in spec.constexprs.items()},
-                          spec.options(arch), arch, triton.__version__], sort_keys=True, default=str)
+                          spec.options(arch), arch, triton.__version__, sorted(_attrs(spec))],
+                         sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 

@@ -28,6 +28,8 @@ class CompileSpec:
     options: arch -> compile options (num_warps, num_stages, waves_per_eu, matrix_instr_nonkdim, kpack).
     hot: a hot kernel must not spill to scratch on gfx942 and gfx90a.
     uses_dot: the kernel has a `tl.dot`, so MFMA (CDNA) or WMMA (RDNA3) instructions must appear.
+    divisible_by_16: integer arguments compiled as multiples of 16, as Triton specializes them at
+        launch for the shipped shapes (pointers are always taken as 16-byte aligned).
     """
 
     name: str
@@ -38,3 +40,4 @@ class CompileSpec:
     hot: bool = True
     uses_dot: bool = False
     archs: tuple[str, ...] = field(default=AMD_ARCHS)
+    divisible_by_16: tuple[str, ...] = ()

@@ -122,6 +122,7 @@ def _rms_spec(hidden: int, dtype: str, residual: bool) -> CompileSpec:
         options=lambda arch: {"num_warps": _num_warps(block), "num_stages": 1},
         hot=True,
         uses_dot=False,
+        divisible_by_16=("n_cols", "x_stride", "res_stride", "y_stride", "h_stride"),
     )
 
 

@@ -156,6 +156,7 @@ def _rotary_spec(hq: int, hk: int, d: int, dtype: str, interleaved: bool) -> Com
         options=lambda arch: {"num_warps": _num_warps(bq * triton.next_power_of_2(half) * 2), "num_stages": 1},
         hot=True,
         uses_dot=False,
+        divisible_by_16=("q_tok_stride", "q_head_stride", "k_tok_stride", "k_head_stride", "table_stride"),
     )
 
 
