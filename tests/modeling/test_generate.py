@@ -163,3 +163,22 @@ def test_rocm_text_generation_pipeline_uses_amd_model():
     out = pipe(["The capital of France is", "Hello"], max_new_tokens=6, do_sample=False)
     assert out[0][0]["generated_text"].startswith("The capital of France is Paris")
     assert pipe.model.engine.num_free_blocks == pipe.model.engine.num_blocks
+
+
+def test_gptq_checkpoint_loads_through_quantized_linears(tmp_path):
+    """A 4-bit RTN checkpoint of a tiny Llama: from_pretrained uses load_gptq_model, greedy equals it."""
+    import copy
+
+    from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer, QuantLinear, load_gptq_model
+
+    model = copy.deepcopy(tiny_model("llama", seed=37))
+    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=32), method="rtn", device="cpu", verbose=False)
+    quantizer.quantize(model)
+    quantizer.save_pretrained(model, tmp_path / "q")
+    am = AMDModelForCausalLM.from_pretrained(tmp_path / "q", device="cpu", dtype="fp32", num_blocks=32)
+    assert isinstance(am.model.model.layers[0].self_attn.q_proj, QuantLinear)
+    assert am.decoder.layers[0].qkv.weight is None
+    ref = load_gptq_model(tmp_path / "q", "cpu", torch.float32)
+    ref.generation_config.eos_token_id = None
+    prompt = random_prompts(1, 9, 9, seed=41)[0]
+    assert am.generate([prompt], max_new_tokens=10)[0] == hf_greedy(ref, prompt, 10)
