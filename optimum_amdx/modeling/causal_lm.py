@@ -34,11 +34,15 @@ def _as_id_list(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+CPU_CACHE_BYTES = 512 * 2**20
+"""Default KV pool size on CPU, where the pool is not sized from free memory."""
+
+
 class AMDModelForCausalLM:
     """Wraps a loaded transformers Llama/Mistral/Qwen2 model; the engine is built on first use.
 
     Engine knobs (see `LLMEngine`): block_size, num_blocks (None: from free GPU memory x
-    memory_fraction; on CPU defaults to enough blocks for max_num_seqs full-length sequences),
+    memory_fraction; on CPU about `CPU_CACHE_BYTES`, at least one full-length sequence),
     memory_fraction, max_num_seqs, max_num_batched_tokens, max_model_len (default
     min(max_position_embeddings, 4096)), use_cuda_graph.
     """
@@ -53,7 +57,9 @@ class AMDModelForCausalLM:
         self.max_model_len = int(max_model_len or min(limit, 4096))
         self.decoder = PagedDecoder(model, self.max_model_len)
         if num_blocks is None and self.decoder.device.type != "cuda":
-            num_blocks = max_num_seqs * -(-self.max_model_len // block_size)
+            per_seq = -(-self.max_model_len // block_size)
+            budget = CPU_CACHE_BYTES // self.decoder.cache_layout(block_size).bytes_per_block()
+            num_blocks = min(max_num_seqs * per_seq, max(per_seq, budget))
         self._engine_kwargs = dict(block_size=block_size, num_blocks=num_blocks, memory_fraction=memory_fraction,
                                    max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                    use_cuda_graph=use_cuda_graph)
