@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, UnsupportedModelError
 from . import roofline
 from .backends import BACKENDS, QUANTIZATIONS, LoadSizes, ModelSource, Runner, get_backend, resolve_source
 from .schema import SCHEMA_ID, validate
@@ -253,8 +253,9 @@ def _run(spec: BenchmarkSpec, device: str, log: Callable[[str], None]) -> dict[s
                 try:
                     runner = backend.load(source, dtype, quant, device, spec.seed, sizes)
                 except Exception as err:  # a backend that cannot load this model: record it, go on
-                    log(f"{name} {dtype_label} {quant}: load failed: {_error_text(err)}")
-                    rows.extend(dict(base, batch_size=b, prompt_length=p, new_tokens=n, status="error",
+                    status = "unavailable" if isinstance(err, UnsupportedModelError) else "error"
+                    log(f"{name} {dtype_label} {quant}: {status}: {_error_text(err)}")
+                    rows.extend(dict(base, batch_size=b, prompt_length=p, new_tokens=n, status=status,
                                      error=f"load failed: {_error_text(err)}") for b, p, n in points)
                     continue
                 load_s = time.perf_counter() - t0

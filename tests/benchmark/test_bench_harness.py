@@ -146,3 +146,21 @@ def test_weight_accounting_of_quantized_model():
     q_total, q_emb, _, q_non_emb = _tensor_bytes(qmodel)
     assert q_emb == emb and q_non_emb == non_emb
     assert q_total < total and "RTN" in notes[0]
+
+
+def test_unsupported_combination_is_recorded_not_fatal(monkeypatch):
+    from optimum_amdx.benchmark import backends
+    from optimum_amdx.errors import UnsupportedModelError
+
+    def refuse(*args, **kwargs):
+        raise UnsupportedModelError("this backend cannot run 4-bit weights")
+
+    monkeypatch.setattr(backends.BACKENDS["ort"], "availability", lambda device: (True, ""))
+    monkeypatch.setattr(backends.BACKENDS["ort"], "load", refuse)
+    spec = BenchmarkSpec(model="tiny-llama", device="cpu", backends=["ort", "transformers"], batch_sizes=[1, 2],
+                         prompt_lengths=[4], new_tokens=[2], warmup=0, repeats=1)
+    doc = validate(run_benchmark(spec))
+    status = {(r["backend"], r["batch_size"]): r["status"] for r in doc["results"]}
+    assert status == {("ort", 1): "unavailable", ("ort", 2): "unavailable",
+                      ("transformers", 1): "ok", ("transformers", 2): "ok"}
+    assert "cannot run 4-bit" in doc["results"][0]["error"]
