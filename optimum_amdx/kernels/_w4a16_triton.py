@@ -100,14 +100,15 @@ def _nibble(packed, J: tl.constexpr):
 
 @triton.jit
 def _nibble_scaled(packed, high, J: tl.constexpr):
-    """Nibble J times 16**J (J < 5), or times 16**(J - 5) (J >= 5, read from ``high = packed >> 20``),
-    exactly, without shifting: the masked bits sit inside the 23-bit mantissa of 2**23, so one
-    and-or and one subtraction give the value. The caller scales x by the inverse power of 16."""
+    """Nibble J times 16**J * 2**-23 (J < 5), or times 16**(J - 5) * 2**-23 (J >= 5, read from
+    ``high = packed >> 20``), exactly and without a shift: the masked bits sit in the mantissa of
+    1.0, so ``bits | 1.0`` is ``1 + value`` and subtracting 1.0 is exact. 1.0 is an inline constant
+    on AMD, so the and-or is one ``v_and_or_b32``. The caller scales x by the inverse factor."""
     if J < 5:
-        bits = (packed & (0xF << (4 * J))) | 0x4B000000
+        bits = (packed & (0xF << (4 * J))) | 0x3F800000
     else:
-        bits = (high & (0xF << (4 * (J - 5)))) | 0x4B000000
-    return bits.to(tl.float32, bitcast=True) - 8388608.0
+        bits = (high & (0xF << (4 * (J - 5)))) | 0x3F800000
+    return bits.to(tl.float32, bitcast=True) - 1.0
 
 
 @triton.jit
@@ -116,14 +117,20 @@ def _w4a16_gemv_kernel(
     M, N, K, stride_xm, stride_om, tiles_per_split,
     GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
+    EVEN: tl.constexpr = False,
 ):
+    # EVEN: N is a multiple of BLOCK_N, K of BLOCK_K, and the K tiles split evenly, so no load needs
+    # a mask (on AMD every masked scalar load of x costs a compare and an exec-mask branch).
     # Works on a [BLOCK_K / 8, BLOCK_N] tile of packed words; nibble j of word row r is input row
     # 8r + j, so no reshape is needed: each nibble plane meets its own strided slice of x.
     R: tl.constexpr = BLOCK_K // 8
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = offs_n < N
+    if EVEN:
+        n_mask = tl.full([BLOCK_N], 1, tl.int1)
+    else:
+        n_mask = offs_n < N
     offs_r = tl.arange(0, R)
     offs_m = tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
@@ -135,7 +142,10 @@ def _w4a16_gemv_kernel(
     t0 = pid_k * tiles_per_split
     for t in range(t0, t0 + tiles_per_split):
         rows = t * R + offs_r
-        r_mask = rows < k_words
+        if EVEN:
+            r_mask = tl.full([R], 1, tl.int1)
+        else:
+            r_mask = rows < k_words
         packed = tl.load(qw_ptr + rows[:, None] * N + offs_n[None, :], mask=r_mask[:, None] & n_mask[None, :], other=0)
         s, z = _row_group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, t * BLOCK_K, N, GROUP_SIZE, BLOCK_K,
                                  HAS_ZEROS)
@@ -145,7 +155,10 @@ def _w4a16_gemv_kernel(
             high = packed >> 20
         for j in tl.static_range(8):
             kj = rows * 8 + j
-            k_mask = kj < K
+            if EVEN:
+                k_mask = tl.full([R], 1, tl.int1)
+            else:
+                k_mask = kj < K
             if HAS_PERM:
                 col = tl.load(perm_ptr + kj, mask=k_mask, other=0)
             else:
@@ -153,11 +166,11 @@ def _w4a16_gemv_kernel(
             if BLOCK_M == 1:
                 xj = tl.load(x_ptr + col, mask=k_mask, other=0.0).to(tl.float32)
                 xsum += xj
-                # q * 16**e times x * 16**-e: both scalings are exact powers of two
+                # q * 16**e * 2**-23 times x * 2**23 * 16**-e: exact powers of two
                 if j < 5:
-                    xs = xj * (1.0 / (1 << (4 * j)))
+                    xs = xj * (8388608.0 / (1 << (4 * j)))
                 else:
-                    xs = xj * (1.0 / (1 << (4 * (j - 5))))
+                    xs = xj * (8388608.0 / (1 << (4 * (j - 5))))
                 part += _nibble_scaled(packed, high, j) * xs[:, None]
             else:
                 q = _nibble(packed, j)
@@ -380,14 +393,19 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
         if split is None:
             want = cfg["programs_per_cu"] * _num_cus(x.device)
             split = max(1, min(k_tiles, want // max(n_tiles, 1), 16))
+        if k % bk == 0 and cfg.get("SPLIT_K") is None:
+            # prefer a split that divides the K tiles (no masks) unless it halves the parallelism
+            even = max(d for d in range(1, split + 1) if k_tiles % d == 0)
+            split = even if 2 * even >= split else split
         per = triton.cdiv(k_tiles, split)
         split = triton.cdiv(k_tiles, per)
+        even_k = k % bk == 0 and k_tiles % split == 0 and n % bn == 0
         ws, cnt = _workspace(x.device, n, n_tiles) if split > 1 else (out, out)
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, w.qweight, w.scales, z, perm, b, out, ws, cnt,
             m, n, k, x2.stride(0), out.stride(0), per,
             GROUP_SIZE=gs, BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, **flags,
-            **launch_options(cfg, arch),
+            EVEN=even_k and block_m == 1, **launch_options(cfg, arch),
         )
     else:
         cfg = dict(config or (INTERPRET_GEMM if arch == "cpu" else gemm_config(arch, m)))
@@ -452,7 +470,7 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[s
                group: int = 128) -> CompileSpec:
     sig = dict(_COMMON_SIG, ws_ptr="*fp32", cnt_ptr="*i32", M="i32", N="i32", K="i32", stride_xm="i32",
                stride_om="i32", tiles_per_split="i32")
-    names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS")
+    names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "EVEN")
     sig.update({c: "constexpr" for c in names})
 
     def options(arch: str) -> dict[str, Any]:
@@ -466,7 +484,7 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[s
         signature=sig,
         constexprs={"GROUP_SIZE": group, "BLOCK_M": block_m, "BLOCK_N": cfg0["BLOCK_N"],
                     "BLOCK_K": cfg0["BLOCK_K"] if block_m == 1 else max(cfg0["BLOCK_K"], 128),
-                    "SPLIT_K": split, "HAS_ZEROS": zeros, "HAS_PERM": perm, "HAS_BIAS": False},
+                    "SPLIT_K": split, "HAS_ZEROS": zeros, "HAS_PERM": perm, "HAS_BIAS": False, "EVEN": block_m == 1},
         options=options,
         hot=True,
         uses_dot=block_m > 1,
