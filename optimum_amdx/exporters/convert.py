@@ -22,7 +22,7 @@ import torch
 
 from ..errors import InvalidArgumentError, ModelNotFoundError
 from ..io import atomic_output_dir, check_output_dir
-from .optimize import OPTIMIZE_LEVELS, contrib_ops, migraphx_unsupported, optimize_graph
+from .optimize import OPTIMIZE_LEVELS, FusionTarget, contrib_ops, migraphx_unsupported, optimize_graph
 from .static import StaticShapes, write_static_buckets
 from .tasks import TEXT_GENERATION, check_supported, infer_task, normalize_task
 from .validate import DEFAULT_ATOL, validate_export
@@ -76,6 +76,13 @@ def load_config(folder: Path, trust_remote_code: bool = False):
         return AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except (ValueError, KeyError, OSError) as err:
         raise ModelNotFoundError(f"Could not read config.json in {folder}: {err}") from err
+
+
+def _fusion_target(config, task: str) -> FusionTarget:
+    text = config.get_text_config(decoder=True) if task == TEXT_GENERATION else config
+    heads = getattr(text, "num_attention_heads", None) or getattr(text, "n_heads", 0)
+    hidden = getattr(text, "hidden_size", None) or getattr(text, "dim", 0)
+    return FusionTarget("decoder" if task == TEXT_GENERATION else "encoder", int(heads), int(hidden))
 
 
 def _versions() -> dict[str, str]:
@@ -156,11 +163,12 @@ def export_model(
     """Export a transformers model to an ONNX folder for ONNX Runtime (MIGraphX, ROCm, CUDA or CPU).
 
     `model` is a model id, a local folder, the word `default`, or a loaded `PreTrainedModel`.
-    The folder gets model.onnx (+ model.onnx_data when external data is used), config.json,
+    The folder gets model.onnx (+ model.onnx.data when external data is used), config.json,
     generation_config.json (decoders), tokenizer files and amdx_export.json. Steps: trace with
-    torch.onnx (dynamo), `onnx.checker`, optional ONNX Runtime optimization (`optimize` =
-    "basic" | "extended"), validation against PyTorch (max abs diff <= `atol`), optional static
-    shape buckets. Writing is atomic; an existing non-empty `output` needs `overwrite=True`.
+    torch.onnx (dynamo), `onnx.checker` on the traced graph, optional optimization (`optimize` =
+    "basic" | "extended"; the optimized graph holds ONNX Runtime contrib ops, so it is checked by
+    loading it in ONNX Runtime during validation instead), validation against PyTorch (max abs
+    diff <= `atol`), optional static shape buckets. Writing is atomic; an existing non-empty `output` needs `overwrite=True`.
     """
     import onnx
 
@@ -223,14 +231,14 @@ def export_model(
         if optimize is not None:
             staged = tmp / "optimized"
             staged.mkdir()
-            opt_summary = optimize_graph(raw, staged / ONNX_FILE, optimize, external_data=use_external)
+            opt_summary = optimize_graph(raw, staged / ONNX_FILE, optimize, external_data=use_external,
+                                         fp16=dtype == "fp16", target=_fusion_target(config, task))
             for f in list(tmp.iterdir()):
                 if f.is_file() and f.name.startswith(ONNX_FILE):
                     f.unlink()
             for f in staged.iterdir():
                 shutil.move(str(f), tmp / f.name)
             staged.rmdir()
-            onnx.checker.check_model(str(raw))
 
         report = None
         tol = DEFAULT_ATOL[dtype] if atol is None else float(atol)

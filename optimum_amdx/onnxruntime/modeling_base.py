@@ -43,6 +43,21 @@ def _check_folder(folder: Path, expected_task: str) -> dict[str, Any] | None:
     return meta
 
 
+def default_session_options(provider: str):
+    """Session options used when the caller gives none.
+
+    On the CPU provider, intra-op threads do not spin-wait between runs: a decode loop does
+    Python work (sampling, cache bookkeeping) between graph runs, and spinning threads take the
+    cores it needs (measured 2.5x slower greedy decoding on a busy 2-core machine with spinning).
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if provider == CPU:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 def _is_pytorch_folder(folder: Path) -> bool:
     return (folder / "config.json").is_file() and not (folder / ONNX_FILE).exists() and any(folder.glob("*.safetensors"))
 
@@ -70,6 +85,8 @@ class ORTSessionMixin:
         providers = [(self.requested_provider, opts)]
         if self.requested_provider != CPU:
             providers.append((CPU, {}))
+        if session_options is None:
+            session_options = default_session_options(self.requested_provider)
         try:
             self.session = ort.InferenceSession(
                 str(folder / onnx_file), sess_options=session_options, providers=providers

@@ -25,7 +25,12 @@ def test_decoder_export_folder_and_metadata(llama_onnx):
     assert meta["optimization"]["level"] == "extended"
     assert meta["migraphx_compatible"] and all(op.split(".")[-1] in MIGRAPHX_CONTRIB_OPS for op in meta["contrib_ops"])
     assert set(meta["versions"]) >= {"torch", "transformers", "onnx", "onnxruntime"}
-    onnx.checker.check_model(str(llama_onnx / "model.onnx"))
+    assert "com.microsoft.SkipSimplifiedLayerNormalization" in meta["contrib_ops"]  # RMSNorm + residual fused
+
+
+def test_unoptimized_export_passes_onnx_checker(qwen2_onnx):
+    onnx.checker.check_model(str(qwen2_onnx / "model.onnx"))
+    assert read_metadata(qwen2_onnx)["contrib_ops"] == []
 
 
 def test_qwen2_graph_matches_pytorch_one_step(qwen2_onnx, tiny_qwen2_dir):
