@@ -209,7 +209,7 @@ def test_errors_name_the_problem():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("m", [1, 4, 16, 512])
+@pytest.mark.parametrize("m", [1, 4, 16, 64, 512])  # GEMV (split-K), GEMV dot, GEMM, dequant + BLAS
 @pytest.mark.parametrize("act_order", [False, True])
 def test_full_size_on_gpu(m, act_order):
     k, n = 4096, 11008
