@@ -74,12 +74,16 @@ def write_plots(doc: dict[str, Any], out_dir: str | Path) -> list[Path]:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    limits: dict[tuple, list[str]] = {}
     for label, rows in lines.items():
         x = [r["batch_size"] for r in rows]
-        (line,) = ax.plot(x, [r["decode_tokens_per_s"]["median"] for r in rows], marker="o", label=label)
+        ax.plot(x, [r["decode_tokens_per_s"]["median"] for r in rows], marker="o", label=label)
         limit = [r["roofline"]["decode"]["tokens_per_s_limit"] for r in rows]
         if all(v is not None for v in limit):
-            ax.plot(x, limit, linestyle="--", color=line.get_color(), alpha=0.6, label=f"{label} (bandwidth limit)")
+            limits.setdefault(tuple(zip(x, (round(v, 6) for v in limit))), []).append(label)
+    for points, owners in limits.items():  # lines with the same weights share one limit
+        name = "bandwidth limit" if len(limits) == 1 else f"bandwidth limit ({', '.join(owners)})"
+        ax.plot([p[0] for p in points], [p[1] for p in points], linestyle="--", color="gray", alpha=0.7, label=name)
     _batch_axis(ax, lines)
     ax.set_ylabel("decode tokens/s (median)")
     ax.set_yscale("log")
