@@ -50,3 +50,13 @@ def random_prompts(n: int, low: int, high: int, seed: int, vocab: int = 256) -> 
 @pytest.fixture
 def llama():
     return tiny_model("llama")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_per_worker():
+    """The modeling tests run many tiny ops: one intra-op thread per pytest worker avoids
+    oversubscribing CI's 2 cores (pytest -n 2), where extra threads only spin."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -50,7 +50,7 @@ request = st.tuples(
 )
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests=st.lists(request, min_size=1, max_size=7), block_size=st.sampled_from([1, 2, 4, 8]),
        spare_blocks=st.integers(0, 6), max_num_seqs=st.integers(1, 5), budget=st.integers(5, 24))
 def test_random_mixes_all_finish_without_leaks_and_match_solo_runs(requests, block_size, spare_blocks,
