@@ -34,6 +34,12 @@ def _as_id_list(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+UNSUPPORTED_GENERATE_ARGS = ("min_length", "no_repeat_ngram_size", "logits_processor", "stopping_criteria",
+                             "stop_strings", "bad_words_ids", "output_scores", "output_logits",
+                             "return_dict_in_generate", "prefix_allowed_tokens_fn", "assistant_model",
+                             "penalty_alpha", "num_beam_groups", "constraints", "force_words_ids")
+"""generate() arguments that change the output and that this path does not implement: refused, not ignored."""
+
 CPU_CACHE_BYTES = 512 * 2**20
 """Default KV pool size on CPU, where the pool is not sized from free memory."""
 
@@ -146,6 +152,7 @@ class AMDModelForCausalLM:
             top_p=float(pick("top_p", 1.0)) if do_sample else 1.0,
             repetition_penalty=float(pick("repetition_penalty", 1.0)),
             stop_token_ids=tuple(dict.fromkeys(stops)),
+            min_new_tokens=int(pick("min_new_tokens", 0)),
         )
 
     def generate(self, input_ids: torch.Tensor | Sequence[int] | Sequence[Sequence[int]] | None = None,
@@ -160,8 +167,14 @@ class AMDModelForCausalLM:
         if int(kwargs.pop("num_beams", 1) or 1) != 1 or int(kwargs.pop("num_return_sequences", 1) or 1) != 1:
             raise InvalidArgumentError("AMDModelForCausalLM.generate supports num_beams=1 and num_return_sequences=1.")
         known = ("max_new_tokens", "max_length", "do_sample", "temperature", "top_k", "top_p",
-                 "repetition_penalty", "eos_token_id", "stop_token_ids")
+                 "repetition_penalty", "eos_token_id", "stop_token_ids", "min_new_tokens")
         overrides = {k: kwargs.pop(k) for k in known if k in kwargs}
+        unsupported = sorted(k for k in UNSUPPORTED_GENERATE_ARGS if kwargs.get(k) not in (None, False, 0, [], ()))
+        if unsupported:
+            raise InvalidArgumentError(
+                f"AMDModelForCausalLM.generate does not support {', '.join(unsupported)}. Drop them, or use the "
+                "transformers model (model.model.generate) for these features."
+            )
         pad_id = kwargs.pop("pad_token_id", None)
         as_tensor = isinstance(input_ids, torch.Tensor)
         if as_tensor:

@@ -126,7 +126,7 @@ class LLMEngine:
             return []
         params = [s.params for s in sampled]
         histories = [s.tokens for s in sampled] if any(p.repetition_penalty != 1.0 for p in params) else []
-        tokens = sample_next(logits, params, histories, self.generator)
+        tokens = sample_next(logits, params, histories, self.generator, [len(s.output_ids) for s in sampled])
         outputs = []
         for seq, token in zip(sampled, tokens):
             seq.output_ids.append(token)

@@ -17,7 +17,8 @@ from ..errors import InvalidArgumentError
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How one request is decoded. `stop_token_ids` end a sequence (the stop token is kept in the output)."""
+    """How one request is decoded. `stop_token_ids` end a sequence (the stop token is kept in the output);
+    they cannot be chosen before `min_new_tokens` tokens were generated."""
 
     max_new_tokens: int = 20
     do_sample: bool = False
@@ -26,6 +27,7 @@ class SamplingParams:
     top_p: float = 1.0
     repetition_penalty: float = 1.0
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    min_new_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -38,6 +40,10 @@ class SamplingParams:
             raise InvalidArgumentError(f"top_k={self.top_k}: expected 0 (off) or a positive count.")
         if not 0.0 < self.top_p <= 1.0:
             raise InvalidArgumentError(f"top_p={self.top_p}: expected a value in (0, 1].")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise InvalidArgumentError(
+                f"min_new_tokens={self.min_new_tokens}: expected between 0 and max_new_tokens={self.max_new_tokens}."
+            )
         if self.repetition_penalty <= 0:
             raise InvalidArgumentError(f"repetition_penalty={self.repetition_penalty}: expected a positive value.")
 
@@ -73,11 +79,17 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
 
 
 def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
-                histories: Sequence[Sequence[int]], generator: torch.Generator | None = None) -> list[int]:
-    """The next token of each row. logits [rows, vocab]; histories: prompt + generated ids per row."""
-    if all(p.greedy and p.repetition_penalty == 1.0 for p in params):
+                histories: Sequence[Sequence[int]], generator: torch.Generator | None = None,
+                num_generated: Sequence[int] | None = None) -> list[int]:
+    """The next token of each row. logits [rows, vocab]; histories: prompt + generated ids per row
+    (needed only with a repetition penalty); num_generated: tokens generated so far per row."""
+    counts = num_generated if num_generated is not None else [0] * len(params)
+    blocked = [i for i, p in enumerate(params) if p.stop_token_ids and counts[i] < p.min_new_tokens]
+    if not blocked and all(p.greedy and p.repetition_penalty == 1.0 for p in params):
         return logits.argmax(dim=-1).tolist()
     logits = logits.float().clone()
+    for row in blocked:
+        logits[row, list(params[row].stop_token_ids)] = float("-inf")
     pen_rows = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
     if pen_rows:
         _apply_repetition_penalty(logits, pen_rows, [params[i].repetition_penalty for i in pen_rows], histories)

@@ -183,3 +183,16 @@ def test_gptq_checkpoint_loads_through_quantized_linears(tmp_path):
     ref.generation_config.eos_token_id = None
     prompt = random_prompts(1, 9, 9, seed=41)[0]
     assert am.generate([prompt], max_new_tokens=10)[0] == hf_greedy(ref, prompt, 10)
+
+
+def test_min_new_tokens_blocks_eos_like_transformers():
+    model = tiny_model("llama")
+    prompt = random_prompts(1, 10, 10, seed=11)[0]
+    eos = hf_greedy(model, prompt, 12)[2]
+    am = AMDModelForCausalLM(model, num_blocks=32)
+    got = am.generate([prompt], max_new_tokens=12, eos_token_id=eos, min_new_tokens=6)[0]
+    ref = hf_greedy(model, prompt, 12, eos_token_id=eos, min_new_tokens=6, pad_token_id=0)
+    assert got == ref[: len(got)] and len(got) >= 6 and eos not in got[:6]
+    assert set(ref[len(got):]) <= {0}
+    with pytest.raises(InvalidArgumentError, match="no_repeat_ngram_size"):
+        am.generate([prompt], max_new_tokens=4, no_repeat_ngram_size=2)
