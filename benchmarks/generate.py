@@ -247,7 +247,6 @@ def bench_ours(model, args, batch_prompts, batch_news, results: dict) -> None:
         print(f"  amdx b{b}: {sum(news) / t:.0f} tok/s", flush=True)
     ours["preemptions"] = engine.scheduler.num_preemptions
     print_table(results, args)
-    del am, engine
 
 
 def main(argv: list[str] | None = None) -> int:
