@@ -155,9 +155,14 @@ class GPTQQuantizer:
                     acc = HessianAccumulator(first.in_features, dev)
                     accs[tuple(group)] = acc
                     hooks.append(first.register_forward_hook(_hessian_hook(acc)))
+                # the rest of the block is not needed once the step's last linear has run
+                hooks.append(linears[step[-1][-1]].register_forward_hook(_stop_hook))
                 try:
                     for hs, kwargs in inputs:
-                        layer(hs, **kwargs)
+                        try:
+                            layer(hs, **kwargs)
+                        except _StopForward:
+                            pass
                 finally:
                     for h in hooks:
                         h.remove()
@@ -257,6 +262,10 @@ class GPTQQuantizer:
 
 def _first(out: Any) -> torch.Tensor:
     return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _stop_hook(module: nn.Module, args: tuple, output: Any) -> None:
+    raise _StopForward
 
 
 def _hessian_hook(acc: HessianAccumulator) -> Callable:
