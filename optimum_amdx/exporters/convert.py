@@ -9,6 +9,7 @@ supports for every op these models use.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -201,7 +202,9 @@ def export_model(
             source, dtype=torch_dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
         )
     else:
-        torch_model = model.to(torch_dtype)
+        first = next(model.parameters(), None)
+        same = first is None or first.dtype == torch_dtype
+        torch_model = model if same else copy.deepcopy(model).to(torch_dtype)  # never change the caller's model
     torch_model.eval()
     spec = trace_spec(torch_model, task, torch_dtype)
 

@@ -122,3 +122,13 @@ def test_static_shapes_refused_for_decoders(tmp_path, tiny_llama_dir, folder_sna
     with pytest.raises(InvalidArgumentError, match="encoder tasks"):
         export_model(tiny_llama_dir, tmp_path / "x", static_shapes=StaticShapes((1,), (64,)))
     assert folder_snapshot(tmp_path) == {}
+
+
+def test_export_from_loaded_model_keeps_callers_model(tmp_path, tiny_bert_cls_dir, encoder_tokenizer):
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert_cls_dir)
+    res = export_model(model, tmp_path / "m", dtype="fp16", tokenizer=encoder_tokenizer)
+    assert next(model.parameters()).dtype == torch.float32
+    assert res.metadata["dtype"] == "fp16" and res.metadata["source"] is None
+    assert (res.output_dir / "tokenizer.json").is_file()
