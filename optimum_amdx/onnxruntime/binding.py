@@ -13,19 +13,29 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from .providers import CPU
+from .providers import CPU, MIGRAPHX
 
 _NP_TYPES = {torch.float32: np.float32, torch.float16: np.float16, torch.int64: np.int64, torch.int32: np.int32,
              torch.bool: np.bool_}
 
 
-def ort_device_type(provider: str) -> str:
+def ort_device_type(provider: str, ort_version: str | None = None) -> str:
     """The device name ONNX Runtime's binding API uses for a provider's memory.
 
-    ROCm and MIGraphX GPU memory is addressed like CUDA's ("cuda"), the same way torch on ROCm
-    calls its devices "cuda".
+    Up to onnxruntime 1.22 (the last with the ROCm EP) GPU memory of every vendor is the "cuda"
+    device, the same way torch on ROCm calls AMD GPUs "cuda". From 1.23 the "cuda" alias carries
+    NVIDIA's vendor id, so MIGraphX memory is bound as the generic "gpu" device instead. (The GPU
+    branches are written against ONNX Runtime's API; only the CPU branch runs in our CI.)
     """
-    return "cpu" if provider == CPU else "cuda"
+    if provider == CPU:
+        return "cpu"
+    if provider == MIGRAPHX:
+        import onnxruntime
+
+        version = ort_version or onnxruntime.__version__
+        major, minor = (int(x) for x in version.split(".")[:2])
+        return "gpu" if (major, minor) >= (1, 23) else "cuda"
+    return "cuda"
 
 
 class TensorBinder:

@@ -153,3 +153,12 @@ def test_silent_fallback_is_an_error_naming_the_library():
         assert P.verify_session(_FakeSession(["CPUExecutionProvider"]), P.MIGRAPHX, allow_fallback=True) == P.CPU
     assert any("MIGraphXExecutionProvider was requested" in str(w.message) for w in caught)
     assert P.verify_session(_FakeSession(["ROCMExecutionProvider", "CPUExecutionProvider"]), P.ROCM) == P.ROCM
+
+
+def test_binding_device_names():
+    from optimum_amdx.onnxruntime.binding import ort_device_type
+
+    assert ort_device_type(P.CPU) == "cpu"
+    assert ort_device_type(P.ROCM) == "cuda" and ort_device_type(P.CUDA) == "cuda"
+    assert ort_device_type(P.MIGRAPHX, "1.22.2") == "cuda"
+    assert ort_device_type(P.MIGRAPHX, "1.23.0") == "gpu"
