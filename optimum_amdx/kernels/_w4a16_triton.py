@@ -1,27 +1,31 @@
 """Triton kernels behind `optimum_amdx.kernels.w4a16` (4-bit GPTQ weights, fp16/bf16 activations).
 
-All read the `W4A16Weight` layout (int32 words packing 8 rows along K, row-major over N). Three routes:
+All read the `W4A16Weight` layout: int32 ``[N, KW]``, column ``n``'s packed K words back to back
+(word ``r``, nibble ``j`` is input row ``8r + j``). Three routes:
 
 - ``gemv`` (up to 16 rows; decode, bandwidth-bound): `_w4a16_gemv_kernel` streams
-  ``[BLOCK_K / 8, BLOCK_N]`` tiles of words (16-byte loads of 4 columns). Nibble plane ``j`` of word
-  row ``r`` is input row ``8r + j``, so each plane meets its own strided slice of x with plain
-  elementwise math into a 2D float32 accumulator (no reshape, no per-tile cross-thread reduction;
-  one reduction at the end). One row uses FMAs; 2..16 rows use ``tl.dot`` per nibble plane.
-  Split-K spreads a layer over the whole GPU: partial sums go to a float32 workspace with atomics;
-  after a barrier each program takes an atomic ticket and the last one for a column tile reads and
-  clears the workspace and writes the output, so one launch does everything and the workspace is
-  clean for the next call and for graph replay.
-- ``gemm`` (17 rows up to `dequant_min_m`): `_w4a16_gemm_kernel` dequantizes a ``[BLOCK_K, BLOCK_N]``
-  tile into registers and feeds ``tl.dot`` (MFMA on CDNA, WMMA on RDNA3, tensor cores on NVIDIA).
-- ``dequant`` (from `dequant_min_m` rows): `_w4a16_dequant_kernel` writes the dense weight once
-  and the BLAS matmul (hipBLASLt / cuBLAS) does the rest; at prefill sizes the dense write is
-  small next to the matmul, and the vendor GEMM is faster than a fused dequant GEMM.
+  ``[BLOCK_N, BLOCK_K / 8]`` tiles of words; each thread loads 4 consecutive words of a column
+  (16 bytes, 32 weights) and a warp reads whole 128-byte runs of a few columns. Nibble plane ``j``
+  of word ``r`` is input row ``8r + j``, so each plane meets its own strided slice of x with plain
+  elementwise math into a 2D float32 accumulator (no reshape, no layout conversion, no per-tile
+  cross-thread reduction; one reduction along K at the end, mostly inside a thread, the rest
+  warp shuffles). One row uses FMAs; 2..16 rows use ``tl.dot`` per nibble plane, so every
+  dequantized weight serves all rows. Split-K spreads a layer over many small programs (a few
+  K tiles each) so enough loads are in flight. Partial sums are combined with float32 atomics,
+  either (``ATOMIC=True``) straight into a zeroed float32 output that the host casts, or
+  (``ATOMIC=False``) into a persistent float32 workspace where the last program of a column
+  tile (atomic ticket) writes the output and clears the workspace: one launch, graph-safe.
+- ``gemm`` (17 rows up to `dequant_min_m`): `_w4a16_gemm_kernel` dequantizes a ``[BLOCK_N, BLOCK_K]``
+  tile into registers and feeds ``tl.dot`` with it transposed (MFMA on CDNA, WMMA on RDNA3,
+  tensor cores on NVIDIA).
+- ``dequant`` (from `dequant_min_m` rows): `_w4a16_dequant_kernel` writes the dense weight once as
+  a linear-layer ``[N, K]`` matrix (each packed word becomes 8 consecutive halves: one 16-byte
+  store) and the BLAS matmul (hipBLASLt / cuBLAS, ``x @ W^T`` as in ``nn.Linear``) does the rest.
 
 Dequantization: a nibble ``q`` OR-ed into the mantissa of float32 ``2**23`` reads as ``2**23 + q``,
 so ``q`` costs a shift, a mask/or and one subtraction, no int-to-float conversion. Act-order
 weights were sorted by group at repack time; the GEMV reads activation column ``perm[k]`` for
-sorted row ``k``, the GEMM gets x with permuted columns, the dequant kernel writes rows back to
-their original position.
+sorted row ``k``; the GEMM and dequant routes get x with permuted columns (one gather per call).
 """
 
 from __future__ import annotations
@@ -42,51 +46,27 @@ MAGIC = 8388608.0  # 2**23: float32 whose low mantissa bits hold a small unsigne
 
 
 @triton.jit
-def _dequant_tile(qw_ptr, s_ptr, z_ptr, k0, offs_n, n_mask, N, K,
+def _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, k0, N,
                   GROUP_SIZE: tl.constexpr, BLOCK_K: tl.constexpr, HAS_ZEROS: tl.constexpr):
-    """Unpacked ``q - zero`` as float32 ``[BLOCK_K, BLOCK_N]`` and the tile's scale row ``[BLOCK_N]``."""
-    offs_w = tl.arange(0, BLOCK_K // 8)
-    rows = k0 // 8 + offs_w
-    w_mask = (rows[:, None] < tl.cdiv(K, 8)) & n_mask[None, :]
-    packed = tl.load(qw_ptr + rows[:, None] * N + offs_n[None, :], mask=w_mask, other=0)
-    shifts = tl.arange(0, 8) * 4
-    q = (packed[:, None, :] >> shifts[None, :, None]) & 0xF
-    q = tl.reshape(q, [BLOCK_K, packed.shape[1]])
-    qf = (q | 0x4B000000).to(tl.float32, bitcast=True)
-    if GROUP_SIZE > 0:
-        g = k0 // GROUP_SIZE
-    else:
-        g = 0
-    s = tl.load(s_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-    if HAS_ZEROS:
-        z = tl.load(z_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)
-        qz = qf - (z + 8388608.0)[None, :]
-    else:
-        qz = qf - 8388616.0
-    return qz, s
-
-
-@triton.jit
-def _row_group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, k0, N,
-                      GROUP_SIZE: tl.constexpr, BLOCK_K: tl.constexpr, HAS_ZEROS: tl.constexpr):
-    """Scales and zeros for a tile of word rows: one row vector when the tile lies in one group,
-    else one row per word row (8 input rows share a word, and groups are multiples of 16 rows)."""
+    """Scales and zeros for a ``[BLOCK_N, BLOCK_K / 8]`` tile of words: one column vector
+    ``[BLOCK_N, 1]`` when the tile lies in one group, else ``[BLOCK_N, BLOCK_K / 8]`` (8 input
+    rows share a word, and groups are multiples of 16 rows)."""
     if GROUP_SIZE == 0 or GROUP_SIZE % BLOCK_K == 0:
         if GROUP_SIZE == 0:
             g = 0
         else:
             g = k0 // GROUP_SIZE
-        s = tl.load(s_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        s = tl.load(s_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
         if HAS_ZEROS:
-            z = tl.load(z_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+            z = tl.load(z_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
         else:
             z = 8.0
     else:
         g = (rows * 8) // GROUP_SIZE
-        mask = r_mask[:, None] & n_mask[None, :]
-        s = tl.load(s_ptr + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+        mask = n_mask[:, None] & r_mask[None, :]
+        s = tl.load(s_ptr + g[None, :] * N + offs_n[:, None], mask=mask, other=0.0).to(tl.float32)
         if HAS_ZEROS:
-            z = tl.load(z_ptr + g[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+            z = tl.load(z_ptr + g[None, :] * N + offs_n[:, None], mask=mask, other=0.0).to(tl.float32)
         else:
             z = 8.0
     return s, z
@@ -102,8 +82,8 @@ def _nibble(packed, J: tl.constexpr):
 def _nibble_scaled(packed, high, J: tl.constexpr):
     """Nibble J times 16**J * 2**-23 (J < 5), or times 16**(J - 5) * 2**-23 (J >= 5, read from
     ``high = packed >> 20``), exactly and without a shift: the masked bits sit in the mantissa of
-    1.0, so ``bits | 1.0`` is ``1 + value`` and subtracting 1.0 is exact. 1.0 is an inline constant
-    on AMD, so the and-or is one ``v_and_or_b32``. The caller scales x by the inverse factor."""
+    1.0, so ``bits | 1.0`` is ``1 + value`` and subtracting 1.0 is exact. The and-or is one
+    ``LOP3`` (NVIDIA) / ``v_and_or_b32`` (AMD). The caller scales x by the inverse factor."""
     if J < 5:
         bits = (packed & (0xF << (4 * J))) | 0x3F800000
     else:
@@ -114,15 +94,14 @@ def _nibble_scaled(packed, high, J: tl.constexpr):
 @triton.jit
 def _w4a16_gemv_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
-    M, N, K, stride_xm, stride_om, tiles_per_split,
+    M, N, K, stride_xm, stride_om, stride_qn, tiles_per_split,
     GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
-    EVEN: tl.constexpr = False,
+    ATOMIC: tl.constexpr = False, EVEN: tl.constexpr = False,
 ):
     # EVEN: N is a multiple of BLOCK_N, K of BLOCK_K, and the K tiles split evenly, so no load needs
     # a mask (on AMD every masked scalar load of x costs a compare and an exec-mask branch).
-    # Works on a [BLOCK_K / 8, BLOCK_N] tile of packed words; nibble j of word row r is input row
-    # 8r + j, so no reshape is needed: each nibble plane meets its own strided slice of x.
+    # Tile [BLOCK_N, R] of words, R = BLOCK_K / 8, contiguous along R (16-byte loads per thread).
     R: tl.constexpr = BLOCK_K // 8
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -135,8 +114,9 @@ def _w4a16_gemv_kernel(
     offs_m = tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     k_words = tl.cdiv(K, 8)
+    w_ptrs = qw_ptr + offs_n[:, None] * stride_qn + offs_r[None, :]
     if BLOCK_M == 1:
-        acc2 = tl.zeros([R, BLOCK_N], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_N, R], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     t0 = pid_k * tiles_per_split
@@ -144,13 +124,14 @@ def _w4a16_gemv_kernel(
         rows = t * R + offs_r
         if EVEN:
             r_mask = tl.full([R], 1, tl.int1)
+            packed = tl.load(w_ptrs + t * R)
         else:
             r_mask = rows < k_words
-        packed = tl.load(qw_ptr + rows[:, None] * N + offs_n[None, :], mask=r_mask[:, None] & n_mask[None, :], other=0)
-        s, z = _row_group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, t * BLOCK_K, N, GROUP_SIZE, BLOCK_K,
-                                 HAS_ZEROS)
+            packed = tl.load(w_ptrs + t * R, mask=n_mask[:, None] & r_mask[None, :], other=0)
+        s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, t * BLOCK_K, N, GROUP_SIZE, BLOCK_K,
+                             HAS_ZEROS)
         if BLOCK_M == 1:
-            part = tl.zeros([R, BLOCK_N], dtype=tl.float32)
+            part = tl.zeros([BLOCK_N, R], dtype=tl.float32)
             xsum = tl.zeros([R], dtype=tl.float32)
             high = packed >> 20
         for j in tl.static_range(8):
@@ -171,22 +152,26 @@ def _w4a16_gemv_kernel(
                     xs = xj * (8388608.0 / (1 << (4 * j)))
                 else:
                     xs = xj * (8388608.0 / (1 << (4 * (j - 5))))
-                part += _nibble_scaled(packed, high, j) * xs[:, None]
+                part += _nibble_scaled(packed, high, j) * xs[None, :]
             else:
                 q = _nibble(packed, j)
                 xj = tl.load(x_ptr + offs_m[:, None] * stride_xm + col[None, :],
                              mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-                acc = tl.dot(xj, ((q - z) * s).to(xj.dtype), acc)
+                acc = tl.dot(xj, tl.trans(((q - z) * s).to(xj.dtype)), acc)
         if BLOCK_M == 1:
-            acc2 += s * (part - z * xsum[:, None])
+            acc2 += s * (part - z * xsum[None, :])
     if BLOCK_M == 1:
-        acc = tl.sum(acc2, axis=0)[None, :]
+        acc = tl.sum(acc2, axis=1)[None, :]
     out_mask = m_mask[:, None] & n_mask[None, :]
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
-    if SPLIT_K == 1:
+    if SPLIT_K == 1 or ATOMIC:
         if HAS_BIAS:
-            acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
+            if pid_k == 0:
+                acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        if SPLIT_K == 1:
+            tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
+        else:
+            tl.atomic_add(out_ptrs, acc, mask=out_mask, sem="relaxed")
     else:
         ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
         tl.atomic_add(ws_ptrs, acc, mask=out_mask, sem="relaxed")
@@ -206,33 +191,35 @@ def _w4a16_gemv_kernel(
 
 @triton.jit
 def _w4a16_dequant_kernel(
-    qw_ptr, s_ptr, z_ptr, perm_ptr, w_ptr, N, K,
-    GROUP_SIZE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr,
+    qw_ptr, s_ptr, z_ptr, w_ptr, N, K, stride_qn,
+    GROUP_SIZE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, HAS_ZEROS: tl.constexpr,
 ):
-    """Dequantize to a dense [K, N] weight in the original row order (for the BLAS prefill route)."""
+    """Dequantize to a dense ``[N, K]`` linear weight in the sorted row order: word ``r`` of a
+    column becomes its 8 consecutive values (one 16-byte store of halves)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     r_mask = rows < tl.cdiv(K, 8)
-    packed = tl.load(qw_ptr + rows[:, None] * N + offs_n[None, :], mask=r_mask[:, None] & n_mask[None, :], other=0)
-    s, z = _row_group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, 0, N, GROUP_SIZE, 1 << 30, HAS_ZEROS)
-    for j in tl.static_range(8):
-        kj = rows * 8 + j
-        k_mask = kj < K
-        if HAS_PERM:
-            dst = tl.load(perm_ptr + kj, mask=k_mask, other=0)
-        else:
-            dst = kj
-        w = (_nibble(packed, j) - z) * s
-        tl.store(w_ptr + dst.to(tl.int64)[:, None] * N + offs_n[None, :], w.to(w_ptr.dtype.element_ty),
-                 mask=k_mask[:, None] & n_mask[None, :])
+    packed = tl.load(qw_ptr + offs_n[:, None] * stride_qn + rows[None, :], mask=n_mask[:, None] & r_mask[None, :],
+                     other=0)
+    s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, 0, N, GROUP_SIZE, 1 << 30, HAS_ZEROS)
+    shifts = tl.arange(0, 8) * 4
+    q = (packed[:, :, None] >> shifts[None, None, :]) & 0xF
+    qf = (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+    if HAS_ZEROS:
+        w = (qf - z[:, :, None]) * s[:, :, None]
+    else:
+        w = (qf - 8.0) * s[:, :, None]
+    w = tl.reshape(w, [BLOCK_N, BLOCK_R * 8])
+    offs_k = tl.program_id(0) * BLOCK_R * 8 + tl.arange(0, BLOCK_R * 8)
+    tl.store(w_ptr + offs_n.to(tl.int64)[:, None] * K + offs_k[None, :], w.to(w_ptr.dtype.element_ty),
+             mask=n_mask[:, None] & (offs_k < K)[None, :])
 
 
 @triton.jit
 def _w4a16_gemm_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr,
-    M, N, K, stride_xm, stride_om,
+    M, N, K, stride_xm, stride_om, stride_qn,
     GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
 ):
@@ -250,14 +237,23 @@ def _w4a16_gemm_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_mask = offs_m < M
     n_mask = offs_n < N
+    shifts = tl.arange(0, 8) * 4
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_mask = offs_k < K
         xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :],
                      mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        qz, s = _dequant_tile(qw_ptr, s_ptr, z_ptr, k0, offs_n, n_mask, N, K, GROUP_SIZE, BLOCK_K, HAS_ZEROS)
-        acc = tl.dot(xt, (qz * s[None, :]).to(xt.dtype), acc)
+        rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+        r_mask = rows < tl.cdiv(K, 8)
+        packed = tl.load(qw_ptr + offs_n[:, None] * stride_qn + rows[None, :], mask=n_mask[:, None] & r_mask[None, :],
+                         other=0)
+        s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, k0, N, GROUP_SIZE, BLOCK_K, HAS_ZEROS)
+        q = (packed[:, :, None] >> shifts[None, None, :]) & 0xF
+        q = tl.reshape(q, [BLOCK_N, BLOCK_K])
+        qf = (q | 0x4B000000).to(tl.float32, bitcast=True)
+        wt = ((qf - (z + 8388608.0)) * s).to(xt.dtype)
+        acc = tl.dot(xt, tl.trans(wt), acc)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty),
@@ -267,15 +263,21 @@ def _w4a16_gemm_kernel(
 # ---------------------------------------------------------------- configs (keyed by arch family)
 
 GEMV_CONFIGS: dict[str, dict[str, Any]] = {
-    # BLOCK_N columns per program, BLOCK_K rows per step, programs per CU/SM targeted by split-K.
-    # waves_per_eu stays 0 here: Triton passes it to LLVM as "N, N", which caps occupancy at N, and
-    # this bandwidth-bound loop wants every wave the ~64 VGPRs allow (8 per SIMD) in flight.
-    "cdna2": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 4},
-    "cdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 4},
-    "cdna4": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 4},
-    "rdna3": {"BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 4},
-    "hopper": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "programs_per_cu": 4},
-    "default": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "programs_per_cu": 4},
+    # BLOCK_N columns x BLOCK_K rows per tile ([BLOCK_N, BLOCK_K / 8] words, 16 KB at 128 x 256);
+    # split-K aims at programs_per_cu programs per CU/SM, each over a few whole K tiles.
+    # ATOMIC: partial sums straight into a zeroed float32 output (+ a cast) instead of the
+    # one-launch ticket reduction. waves_per_eu stays 0: Triton passes it to LLVM as "N, N", which
+    # caps occupancy at N, and this bandwidth-bound loop wants every wave the registers allow.
+    "cdna2": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
+              "ATOMIC": False},
+    "cdna3": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
+              "ATOMIC": False},
+    "cdna4": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
+              "ATOMIC": False},
+    "rdna3": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 8, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
+              "ATOMIC": False},
+    "hopper": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 2, "programs_per_cu": 8, "ATOMIC": False},
+    "default": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 2, "programs_per_cu": 8, "ATOMIC": False},
 }
 GEMM_CONFIGS: dict[str, dict[str, Any]] = {
     "cdna2": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 2,
@@ -291,7 +293,7 @@ GEMM_CONFIGS: dict[str, dict[str, Any]] = {
     "hopper": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
     "default": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 2},
 }
-INTERPRET_GEMV = {"BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 1, "num_stages": 1, "programs_per_cu": 1}
+INTERPRET_GEMV = {"BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 1, "num_stages": 1, "programs_per_cu": 1, "ATOMIC": False}
 INTERPRET_GEMM = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_warps": 1, "num_stages": 1}
 _LAUNCH_KEYS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
 
@@ -357,6 +359,20 @@ def _num_cus(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def _split(k_tiles: int, n_tiles: int, cfg: dict[str, Any], device: torch.device) -> tuple[int, int]:
+    """(programs along K, K tiles per program). Without an explicit SPLIT_K: the fewest tiles per
+    program that divides the K tiles (no masked tail) and still gives programs_per_cu programs per
+    CU/SM; one tile per program when even that is too few."""
+    if cfg.get("SPLIT_K"):
+        per = triton.cdiv(k_tiles, cfg["SPLIT_K"])
+        return triton.cdiv(k_tiles, per), per
+    want = cfg["programs_per_cu"] * _num_cus(device)
+    for per in range(k_tiles, 0, -1):
+        if k_tiles % per == 0 and n_tiles * (k_tiles // per) >= want:
+            return k_tiles // per, per
+    return k_tiles, 1
+
+
 def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor] = None,
                  config: Optional[dict[str, Any]] = None, route: Optional[str] = None) -> torch.Tensor:
     """Run the W4A16 kernels. Up to 16 rows: the split-K GEMV. Above: the tiled Triton GEMM, or from
@@ -377,36 +393,30 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
         return _dequant_matmul(x2, w, bias, arch).reshape(*x.shape[:-1], n)
     gs = _group_arg(w)
     z = w.zeros if w.zeros is not None else w.scales
-    perm = w.perm if w.perm is not None else w.qweight
     b = bias if bias is not None else w.scales
-    flags = dict(HAS_ZEROS=w.zeros is not None, HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None)
     if route == "gemv":
         if m > 16:
             raise ValueError("the GEMV route takes at most 16 rows")
         cfg = dict(config or (INTERPRET_GEMV if arch == "cpu" else _family_config(GEMV_CONFIGS, arch)))
         block_m = 1 if m == 1 else 16
-        bk = cfg["BLOCK_K"] if block_m == 1 else max(cfg["BLOCK_K"], 128)
-        bn = cfg["BLOCK_N"]
-        n_tiles = triton.cdiv(n, bn)
-        k_tiles = triton.cdiv(k, bk)
-        split = cfg.get("SPLIT_K")
-        if split is None:
-            want = cfg["programs_per_cu"] * _num_cus(x.device)
-            split = max(1, min(k_tiles, want // max(n_tiles, 1), 16))
-        if k % bk == 0 and cfg.get("SPLIT_K") is None:
-            # prefer a split that divides the K tiles (no masks) unless it halves the parallelism
-            even = max(d for d in range(1, split + 1) if k_tiles % d == 0)
-            split = even if 2 * even >= split else split
-        per = triton.cdiv(k_tiles, split)
-        split = triton.cdiv(k_tiles, per)
-        even_k = k % bk == 0 and k_tiles % split == 0 and n % bn == 0
-        ws, cnt = _workspace(x.device, n, n_tiles) if split > 1 else (out, out)
+        bk, bn = cfg["BLOCK_K"], cfg["BLOCK_N"]
+        if block_m > 1 and bk < 128:
+            raise ValueError("the GEMV route needs BLOCK_K >= 128 for 2..16 rows (tl.dot over BLOCK_K / 8 words)")
+        n_tiles, k_tiles = triton.cdiv(n, bn), triton.cdiv(k, bk)
+        split, per = _split(k_tiles, n_tiles, cfg, x.device)
+        even = k % bk == 0 and k_tiles % split == 0 and n % bn == 0
+        atomic = bool(cfg.get("ATOMIC")) and split > 1
+        dst = torch.zeros(m, n, dtype=torch.float32, device=x.device) if atomic else out
+        ws, cnt = _workspace(x.device, n, n_tiles) if split > 1 and not atomic else (out, out)
         _w4a16_gemv_kernel[(n_tiles, split)](
-            x2, w.qweight, w.scales, z, perm, b, out, ws, cnt,
-            m, n, k, x2.stride(0), out.stride(0), per,
-            GROUP_SIZE=gs, BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, **flags,
-            EVEN=even_k and block_m == 1, **launch_options(cfg, arch),
+            x2, w.qweight, w.scales, z, w.perm if w.perm is not None else w.qweight, b, dst, ws, cnt,
+            m, n, k, x2.stride(0), dst.stride(0), w.qweight.stride(0), per,
+            GROUP_SIZE=gs, BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, HAS_ZEROS=w.zeros is not None,
+            HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, ATOMIC=atomic, EVEN=even,
+            **launch_options(cfg, arch),
         )
+        if atomic:
+            out.copy_(dst)
     else:
         cfg = dict(config or (INTERPRET_GEMM if arch == "cpu" else gemm_config(arch, m)))
         bk = _tile_k(cfg["BLOCK_K"], w.group_size, k)
@@ -415,9 +425,9 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
         grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
         _w4a16_gemm_kernel[grid](
             x2, w.qweight, w.scales, z, b, out,
-            m, n, k, x2.stride(0), out.stride(0),
+            m, n, k, x2.stride(0), out.stride(0), w.qweight.stride(0),
             GROUP_SIZE=gs, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
-            HAS_ZEROS=flags["HAS_ZEROS"], HAS_BIAS=flags["HAS_BIAS"], **launch_options(cfg, arch),
+            HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None, **launch_options(cfg, arch),
         )
     return out.reshape(*x.shape[:-1], n)
 
@@ -426,7 +436,8 @@ DEQUANT_MIN_M: dict[str, int] = {"cdna2": 256, "cdna3": 256, "cdna4": 256, "rdna
                                  "default": 256, "cpu": 1 << 62}
 """Rows from which dequantize-then-BLAS beats the fused GEMM (the dense weight is written and read
 once per call, which the BLAS amortizes over many rows). Never in the interpreter."""
-DEQUANT_CONFIG = {"BLOCK_R": 16, "BLOCK_N": 256, "num_warps": 4}
+DEQUANT_CONFIG = {"BLOCK_R": 16, "BLOCK_N": 32, "num_warps": 4}
+"""16 words x 32 columns: 4 KB read, 8 KB (fp16) written per program, in 16-byte stores."""
 
 
 def dequant_min_m(arch: str) -> int:
@@ -434,26 +445,26 @@ def dequant_min_m(arch: str) -> int:
 
 
 def dequantize_dense(w: "W4A16Weight", dtype: torch.dtype, arch: Optional[str] = None) -> torch.Tensor:
-    """The dense ``[K, N]`` weight in `dtype` and the original row order, computed by the dequant kernel."""
+    """The dense linear-layer weight ``[N, K]`` (``W`` transposed) in `dtype`, rows of K in the
+    SORTED order of the repacked weight (act-order: column ``k`` is original input ``w.perm[k]``)."""
     k, n = w.in_features, w.out_features
     arch = arch or ("cpu" if interpret_mode() else device_arch(w.qweight.device.index or 0))
-    cfg = dict(DEQUANT_CONFIG) if arch != "cpu" else {"BLOCK_R": 4, "BLOCK_N": 32, "num_warps": 1}
-    dense = torch.empty(k, n, dtype=dtype, device=w.qweight.device)
+    cfg = dict(DEQUANT_CONFIG) if arch != "cpu" else {"BLOCK_R": 4, "BLOCK_N": 16, "num_warps": 1}
+    dense = torch.empty(n, k, dtype=dtype, device=w.qweight.device)
     grid = (triton.cdiv(triton.cdiv(k, 8), cfg["BLOCK_R"]), triton.cdiv(n, cfg["BLOCK_N"]))
     _w4a16_dequant_kernel[grid](
-        w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
-        w.perm if w.perm is not None else w.qweight, dense, n, k,
+        w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, dense, n, k, w.qweight.stride(0),
         GROUP_SIZE=_group_arg(w), BLOCK_R=cfg["BLOCK_R"], BLOCK_N=cfg["BLOCK_N"],
-        HAS_ZEROS=w.zeros is not None, HAS_PERM=w.perm is not None, num_warps=cfg["num_warps"],
+        HAS_ZEROS=w.zeros is not None, num_warps=cfg["num_warps"],
     )
     return dense
 
 
 def _dequant_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str) -> torch.Tensor:
     dense = dequantize_dense(w, x2.dtype, arch)
-    if bias is not None:
-        return torch.addmm(bias.to(x2.dtype), x2, dense)
-    return x2 @ dense
+    if w.perm is not None:
+        x2 = x2.index_select(1, w.perm)
+    return torch.nn.functional.linear(x2, dense, bias.to(x2.dtype) if bias is not None else None)
 
 
 # ---------------------------------------------------------------- AMD compile specs
@@ -469,8 +480,9 @@ _RDNA3 = ("gfx1100",)
 def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[str, ...],
                group: int = 128) -> CompileSpec:
     sig = dict(_COMMON_SIG, ws_ptr="*fp32", cnt_ptr="*i32", M="i32", N="i32", K="i32", stride_xm="i32",
-               stride_om="i32", tiles_per_split="i32")
-    names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "EVEN")
+               stride_om="i32", stride_qn="i32", tiles_per_split="i32")
+    names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "ATOMIC",
+             "EVEN")
     sig.update({c: "constexpr" for c in names})
 
     def options(arch: str) -> dict[str, Any]:
@@ -483,19 +495,19 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[s
         kernel=_w4a16_gemv_kernel,
         signature=sig,
         constexprs={"GROUP_SIZE": group, "BLOCK_M": block_m, "BLOCK_N": cfg0["BLOCK_N"],
-                    "BLOCK_K": cfg0["BLOCK_K"] if block_m == 1 else max(cfg0["BLOCK_K"], 128),
-                    "SPLIT_K": split, "HAS_ZEROS": zeros, "HAS_PERM": perm, "HAS_BIAS": False, "EVEN": block_m == 1},
+                    "BLOCK_K": cfg0["BLOCK_K"], "SPLIT_K": split, "HAS_ZEROS": zeros, "HAS_PERM": perm,
+                    "HAS_BIAS": False, "ATOMIC": cfg0["ATOMIC"] and split > 1, "EVEN": True},
         options=options,
         hot=True,
         uses_dot=block_m > 1,
         archs=archs,
-        divisible_by_16=("N", "K", "stride_xm", "stride_om"),
+        divisible_by_16=("N", "K", "stride_xm", "stride_om", "stride_qn"),
     )
 
 
 def _gemm_spec(zeros: bool, group: int, archs: tuple[str, ...], small_m: bool = False) -> CompileSpec:
     sig = {k: v for k, v in _COMMON_SIG.items() if k != "perm_ptr"}
-    sig.update(M="i32", N="i32", K="i32", stride_xm="i32", stride_om="i32")
+    sig.update(M="i32", N="i32", K="i32", stride_xm="i32", stride_om="i32", stride_qn="i32")
     names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "HAS_ZEROS", "HAS_BIAS")
     sig.update({c: "constexpr" for c in names})
 
@@ -517,25 +529,25 @@ def _gemm_spec(zeros: bool, group: int, archs: tuple[str, ...], small_m: bool = 
         hot=True,
         uses_dot=True,
         archs=archs,
-        divisible_by_16=("N", "K", "stride_xm", "stride_om"),
+        divisible_by_16=("N", "K", "stride_xm", "stride_om", "stride_qn"),
     )
 
 
 def _dequant_spec(archs: tuple[str, ...]) -> CompileSpec:
-    sig = {"qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "perm_ptr": "*i32", "w_ptr": "*fp16",
-           "N": "i32", "K": "i32"}
-    sig.update({c: "constexpr" for c in ("GROUP_SIZE", "BLOCK_R", "BLOCK_N", "HAS_ZEROS", "HAS_PERM")})
+    sig = {"qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "w_ptr": "*fp16", "N": "i32", "K": "i32",
+           "stride_qn": "i32"}
+    sig.update({c: "constexpr" for c in ("GROUP_SIZE", "BLOCK_R", "BLOCK_N", "HAS_ZEROS")})
     return CompileSpec(
-        name="w4a16_dequant[g128,asym,act-order" + (",rdna3]" if archs == _RDNA3 else "]"),
+        name="w4a16_dequant[g128,asym" + (",rdna3]" if archs == _RDNA3 else "]"),
         kernel=_w4a16_dequant_kernel,
         signature=sig,
         constexprs={"GROUP_SIZE": 128, "BLOCK_R": DEQUANT_CONFIG["BLOCK_R"], "BLOCK_N": DEQUANT_CONFIG["BLOCK_N"],
-                    "HAS_ZEROS": True, "HAS_PERM": True},
+                    "HAS_ZEROS": True},
         options=lambda arch: {"num_warps": DEQUANT_CONFIG["num_warps"], "num_stages": 1},
         hot=True,
         uses_dot=False,
         archs=archs,
-        divisible_by_16=("N", "K"),
+        divisible_by_16=("N", "K", "stride_qn"),
     )
 
 

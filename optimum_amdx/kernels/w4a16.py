@@ -42,6 +42,8 @@ SUPPORTED_BITS = (2, 3, 4, 8)
 CHECKPOINT_FORMATS = ("gptq", "gptq_v2")
 GEMV_MAX_M = 16
 """Rows of activations up to which the bandwidth-bound GEMV path runs (decode)."""
+KW_ALIGN = 16
+"""Packed K words per column are padded to a multiple of this (64 bytes; see `W4A16Weight`)."""
 
 
 def _check_bits(bits: int) -> None:
@@ -167,13 +169,16 @@ class W4A16Weight:
 
     Repacked layout (4 bit, ``kernel_ready=True``):
 
-    - ``qweight`` int32 ``[ceil(K / 8), N]``, row-major: the GPTQ packing along K (word ``r``,
-      nibble ``j`` is input row ``8r + j``), kept because a row of words is contiguous along N,
-      which gives 16-byte loads of 4 columns x 8 rows. For act-order checkpoints the rows are
-      first sorted by group (stable sort of ``g_idx``) and repacked, so every group is a
-      contiguous run of ``group_size`` rows and the kernel loads one scale/zero vector per K tile
-      instead of one per row. ``perm`` (int32 ``[K]``) records the sort: the kernel reads
-      activation column ``perm[k]`` for sorted row ``k``.
+    - ``qweight`` int32 ``[N, KW]``, "K-major per column": row ``n`` holds column ``n``'s packed
+      K words back to back (word ``r``, nibble ``j`` is input row ``8r + j``, the GPTQ packing along
+      K, so without act-order this is GPTQ's ``qweight`` transposed). ``KW = ceil(K / 8)`` rounded
+      up to a multiple of 16 words (zero padding): every row then starts 64-byte aligned, Triton
+      sees the row stride as a multiple of 16, and a program streams long contiguous runs of one
+      column with 16-byte loads and reduces along K mostly inside a thread. For act-order
+      checkpoints the rows are first sorted by group (stable sort of ``g_idx``) and repacked, so
+      every group is a contiguous run of ``group_size`` rows and a K tile needs one scale/zero
+      per column. ``perm`` (int32 ``[K]``) records the sort: sorted row ``k`` is original row
+      ``perm[k]``, so the kernels read activation column ``perm[k]``.
     - ``scales`` ``[n_groups, N]`` fp16, row ``g`` for sorted rows ``g*group_size ..``.
     - ``zeros`` ``[n_groups, N]`` fp16 holding the real zero point (v1's +1 applied), or None
       when every zero is ``2**(bits-1)`` (symmetric), so the kernel uses a constant.
@@ -202,7 +207,7 @@ class W4A16Weight:
             r = self.raw
             return dequantize_gptq(r["qweight"], r["qzeros"], r["scales"], r["g_idx"], self.bits, r["checkpoint_format"])
         k = self.in_features
-        q = unpack_gptq_int32(self.qweight, 4, dim=0)[:k].float()
+        q = unpack_gptq_int32(self.qweight, 4, dim=1)[:, :k].t().float()
         g = torch.arange(k, device=q.device) // self.group_size
         zeros = self.zeros.float()[g] if self.zeros is not None else 8.0
         w_sorted = (q - zeros) * self.scales.float()[g]
@@ -260,6 +265,10 @@ def prepare_gptq_weight(
             q = torch.cat([q, q.new_zeros(pad, n)])
         q_packed = pack_gptq_int32(q, 4, dim=0)
         perm = order.to(torch.int32).contiguous()
+    k_words = -(-k // 8)
+    kw = -(-k_words // KW_ALIGN) * KW_ALIGN
+    col_major = torch.zeros(n, kw, dtype=torch.int32, device=qweight.device)
+    col_major[:, :k_words] = q_packed[:k_words].t()
     if -(-k // gs) != n_groups:
         raise InvalidArgumentError(
             f"scales has {n_groups} groups but K={k} with group_size={group_size} needs {-(-k // gs)}; "
@@ -270,7 +279,7 @@ def prepare_gptq_weight(
     if bool((zeros == 8).all()):
         zeros_t = None
     return W4A16Weight(
-        qweight=q_packed.contiguous(),
+        qweight=col_major,
         scales=scales.to(torch.float16).contiguous(),
         zeros=zeros_t,
         perm=perm,
