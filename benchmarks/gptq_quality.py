@@ -64,7 +64,8 @@ def main() -> None:
     parser.add_argument("--seqlen", type=int, default=512)
     parser.add_argument("--eval-seqlen", type=int, default=512)
     parser.add_argument("--damp-percent", type=float, default=0.05)
-    parser.add_argument("--skip-peer", action="store_true", help="do not run GPT-QModel")
+    parser.add_argument("--variants", default="fp,rtn,gptq,gptq-desc,peer,peer-desc",
+                        help="comma list of fp, rtn, gptq, gptq-desc (ours), peer, peer-desc (GPT-QModel)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
 
@@ -79,24 +80,29 @@ def main() -> None:
     eval_tokens = get_eval_tokens("pydoc", tokenizer)
     base = dict(bits=4, group_size=128, sym=True, desc_act=False, damp_percent=args.damp_percent,
                 n_samples=args.samples, seqlen=args.seqlen)
+    wanted = set(args.variants.split(","))
     rows = []
-    fp = load_causal_lm(path, dtype=torch.float32, device="cpu")
-    rows.append({"variant": "fp32 (unquantized)", "ppl": _ppl(fp, eval_tokens, args.eval_seqlen), "quantize_s": 0.0})
-    del fp
+    if "fp" in wanted:
+        fp = load_causal_lm(path, dtype=torch.float32, device="cpu")
+        rows.append({"variant": "fp32 (unquantized)", "ppl": _ppl(fp, eval_tokens, args.eval_seqlen), "quantize_s": 0.0})
+        del fp
+    desc = {**base, "desc_act": True}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        runs = [("RTN 4-bit g128 (ours)", "rtn", base), ("GPTQ 4-bit g128 (ours)", "gptq", base),
-                ("GPTQ 4-bit g128 desc_act (ours)", "gptq", {**base, "desc_act": True})]
-        for i, (name, method, kw) in enumerate(runs):
-            model, seconds = _ours(path, tokenizer, samples, method, kw, tmp / f"ours{i}")
+        runs = [("rtn", "RTN 4-bit g128 (ours)", "rtn", base), ("gptq", "GPTQ 4-bit g128 (ours)", "gptq", base),
+                ("gptq-desc", "GPTQ 4-bit g128 desc_act (ours)", "gptq", desc),
+                ("peer", "GPTQ 4-bit g128 (GPT-QModel 7.6.0)", "peer", base),
+                ("peer-desc", "GPTQ 4-bit g128 desc_act (GPT-QModel 7.6.0)", "peer", desc)]
+        for key, name, method, kw in runs:
+            if key not in wanted:
+                continue
+            out_dir = tmp / key
+            if method == "peer":
+                model, seconds = _gptqmodel(path, samples, kw, out_dir)
+            else:
+                model, seconds = _ours(path, tokenizer, samples, method, kw, out_dir)
             rows.append({"variant": name, "ppl": _ppl(model, eval_tokens, args.eval_seqlen), "quantize_s": seconds})
             print(rows[-1], flush=True)
-        if not args.skip_peer:
-            for name, kw in [("GPTQ 4-bit g128 (GPT-QModel 7.6.0)", base),
-                             ("GPTQ 4-bit g128 desc_act (GPT-QModel 7.6.0)", {**base, "desc_act": True})]:
-                model, seconds = _gptqmodel(path, samples, kw, tmp / name.replace(" ", "_"))
-                rows.append({"variant": name, "ppl": _ppl(model, eval_tokens, args.eval_seqlen), "quantize_s": seconds})
-                print(rows[-1], flush=True)
     n_windows = len(eval_tokens) // args.eval_seqlen
     meta = {"model": str(path), "calibration": f"{args.samples} x {args.seqlen} tokens, seed 0",
             "evaluation": f"{n_windows} windows x {args.eval_seqlen} tokens; {describe_split()}",
