@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
 
 MAGIC = 8388608.0  # 2**23: float32 whose low mantissa bits hold a small unsigned integer exactly
+ONE_BITS = 0x3F800000  # bits of float32 1.0, passed to the GEMV at run time (see `_nibble_scaled`)
 
 
 @triton.jit
@@ -79,22 +80,24 @@ def _nibble(packed, J: tl.constexpr):
 
 
 @triton.jit
-def _nibble_scaled(packed, high, J: tl.constexpr):
+def _nibble_scaled(packed, high, one_bits, J: tl.constexpr):
     """Nibble J times 16**J * 2**-23 (J < 5), or times 16**(J - 5) * 2**-23 (J >= 5, read from
     ``high = packed >> 20``), exactly and without a shift: the masked bits sit in the mantissa of
-    1.0, so ``bits | 1.0`` is ``1 + value`` and subtracting 1.0 is exact. The and-or is one
-    ``LOP3`` (NVIDIA) / ``v_and_or_b32`` (AMD). The caller scales x by the inverse factor."""
+    1.0, so ``bits | 1.0`` is ``1 + value`` and subtracting 1.0 is exact. ``one_bits`` is the
+    runtime argument 0x3F800000 (the bits of 1.0): held in a register, the and-or is one ``LOP3``
+    on NVIDIA (an instruction takes one immediate; two literals made it two) and one
+    ``v_and_or_b32`` on AMD. The caller scales x by the inverse factor."""
     if J < 5:
-        bits = (packed & (0xF << (4 * J))) | 0x3F800000
+        bits = (packed & (0xF << (4 * J))) | one_bits
     else:
-        bits = (high & (0xF << (4 * (J - 5)))) | 0x3F800000
+        bits = (high & (0xF << (4 * (J - 5)))) | one_bits
     return bits.to(tl.float32, bitcast=True) - 1.0
 
 
 @triton.jit
 def _w4a16_gemv_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
-    M, N, K, stride_xm, stride_om, stride_qn, tiles_per_split,
+    M, N, K, stride_xm, stride_om, stride_qn, tiles_per_split, one_bits,
     GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
     ATOMIC: tl.constexpr = False, EVEN: tl.constexpr = False,
@@ -130,10 +133,12 @@ def _w4a16_gemv_kernel(
             packed = tl.load(w_ptrs + t * R, mask=n_mask[:, None] & r_mask[None, :], other=0)
         s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, t * BLOCK_K, N, GROUP_SIZE, BLOCK_K,
                              HAS_ZEROS)
+        high = packed >> 20
         if BLOCK_M == 1:
             part = tl.zeros([BLOCK_N, R], dtype=tl.float32)
             xsum = tl.zeros([R], dtype=tl.float32)
-            high = packed >> 20
+        else:
+            zs = z * s
         for j in tl.static_range(8):
             kj = rows * 8 + j
             if EVEN:
@@ -152,12 +157,17 @@ def _w4a16_gemv_kernel(
                     xs = xj * (8388608.0 / (1 << (4 * j)))
                 else:
                     xs = xj * (8388608.0 / (1 << (4 * (j - 5))))
-                part += _nibble_scaled(packed, high, j) * xs[None, :]
+                part += _nibble_scaled(packed, high, one_bits, j) * xs[None, :]
             else:
-                q = _nibble(packed, j)
+                # (q - z) * s as one FMA: q * 16**e * 2**-23 (exact) times s * 2**23 * 16**-e
+                if j < 5:
+                    sj = s * (8388608.0 / (1 << (4 * j)))
+                else:
+                    sj = s * (8388608.0 / (1 << (4 * (j - 5))))
+                wj = _nibble_scaled(packed, high, one_bits, j) * sj - zs
                 xj = tl.load(x_ptr + offs_m[:, None] * stride_xm + col[None, :],
                              mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-                acc = tl.dot(xj, tl.trans(((q - z) * s).to(xj.dtype)), acc)
+                acc = tl.dot(xj, tl.trans(wj.to(xj.dtype)), acc)
         if BLOCK_M == 1:
             acc2 += s * (part - z * xsum[None, :])
     if BLOCK_M == 1:
@@ -263,21 +273,24 @@ def _w4a16_gemm_kernel(
 # ---------------------------------------------------------------- configs (keyed by arch family)
 
 GEMV_CONFIGS: dict[str, dict[str, Any]] = {
-    # BLOCK_N columns x BLOCK_K rows per tile ([BLOCK_N, BLOCK_K / 8] words, 16 KB at 128 x 256);
+    # BLOCK_N columns x BLOCK_K rows per tile ([BLOCK_N, BLOCK_K / 8] words, 16 KB at 256 x 128;
+    # BLOCK_K is cut to the group size, see `gemv_block_k`). sm_90 SASS of the M=1 loop at 256 x 128,
+    # 4 warps: 4.3 instructions per weight (1 LOP3, 1 FADD, 1.25 FFMA, the rest x and addressing);
+    # 128 x 128: 4.9 (x loads and conversions are shared by fewer columns per thread).
     # split-K aims at programs_per_cu programs per CU/SM, each over a few whole K tiles.
     # ATOMIC: partial sums straight into a zeroed float32 output (+ a cast) instead of the
     # one-launch ticket reduction. waves_per_eu stays 0: Triton passes it to LLVM as "N, N", which
     # caps occupancy at N, and this bandwidth-bound loop wants every wave the registers allow.
-    "cdna2": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
+    "cdna2": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
               "ATOMIC": False},
-    "cdna3": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
+    "cdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
               "ATOMIC": False},
-    "cdna4": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
+    "cdna4": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
               "ATOMIC": False},
-    "rdna3": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 8, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
+    "rdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
               "ATOMIC": False},
-    "hopper": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 2, "programs_per_cu": 8, "ATOMIC": False},
-    "default": {"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "num_stages": 2, "programs_per_cu": 8, "ATOMIC": False},
+    "hopper": {"BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "programs_per_cu": 8, "ATOMIC": False},
+    "default": {"BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "programs_per_cu": 8, "ATOMIC": False},
 }
 GEMM_CONFIGS: dict[str, dict[str, Any]] = {
     "cdna2": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 2,
@@ -329,6 +342,14 @@ def _tile_k(block_k: int, group_size: int, k: int) -> int:
     while bk > 16 and group_size % bk != 0:
         bk //= 2
     return bk
+
+
+def gemv_block_k(block_k: int, group_size: int, k: int, block_m: int) -> int:
+    """The GEMV's K tile: inside one group (one scale per column and tile, no per-word gather
+    whose layout conversion costs shared-memory traffic every tile), except that 2..16 rows need
+    at least 128 (``tl.dot`` over ``BLOCK_K / 8 >= 16`` words) and gather per word below that."""
+    bk = _tile_k(block_k, group_size, k)
+    return bk if block_m == 1 else max(bk, 128)
 
 
 def _group_arg(w: "W4A16Weight") -> int:
@@ -399,9 +420,7 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
             raise ValueError("the GEMV route takes at most 16 rows")
         cfg = dict(config or (INTERPRET_GEMV if arch == "cpu" else _family_config(GEMV_CONFIGS, arch)))
         block_m = 1 if m == 1 else 16
-        bk, bn = cfg["BLOCK_K"], cfg["BLOCK_N"]
-        if block_m > 1 and bk < 128:
-            raise ValueError("the GEMV route needs BLOCK_K >= 128 for 2..16 rows (tl.dot over BLOCK_K / 8 words)")
+        bk, bn = gemv_block_k(cfg["BLOCK_K"], w.group_size, k, block_m), cfg["BLOCK_N"]
         n_tiles, k_tiles = triton.cdiv(n, bn), triton.cdiv(k, bk)
         split, per = _split(k_tiles, n_tiles, cfg, x.device)
         even = k % bk == 0 and k_tiles % split == 0 and n % bn == 0
@@ -410,7 +429,7 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
         ws, cnt = _workspace(x.device, n, n_tiles) if split > 1 and not atomic else (out, out)
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, w.qweight, w.scales, z, w.perm if w.perm is not None else w.qweight, b, dst, ws, cnt,
-            m, n, k, x2.stride(0), dst.stride(0), w.qweight.stride(0), per,
+            m, n, k, x2.stride(0), dst.stride(0), w.qweight.stride(0), per, ONE_BITS,
             GROUP_SIZE=gs, BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, HAS_ZEROS=w.zeros is not None,
             HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, ATOMIC=atomic, EVEN=even,
             **launch_options(cfg, arch),
@@ -480,7 +499,7 @@ _RDNA3 = ("gfx1100",)
 def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[str, ...],
                group: int = 128) -> CompileSpec:
     sig = dict(_COMMON_SIG, ws_ptr="*fp32", cnt_ptr="*i32", M="i32", N="i32", K="i32", stride_xm="i32",
-               stride_om="i32", stride_qn="i32", tiles_per_split="i32")
+               stride_om="i32", stride_qn="i32", tiles_per_split="i32", one_bits="i32")
     names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "ATOMIC",
              "EVEN")
     sig.update({c: "constexpr" for c in names})
@@ -495,7 +514,7 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[s
         kernel=_w4a16_gemv_kernel,
         signature=sig,
         constexprs={"GROUP_SIZE": group, "BLOCK_M": block_m, "BLOCK_N": cfg0["BLOCK_N"],
-                    "BLOCK_K": cfg0["BLOCK_K"], "SPLIT_K": split, "HAS_ZEROS": zeros, "HAS_PERM": perm,
+                    "BLOCK_K": gemv_block_k(cfg0["BLOCK_K"], group, 1 << 30, block_m), "SPLIT_K": split, "HAS_ZEROS": zeros, "HAS_PERM": perm,
                     "HAS_BIAS": False, "ATOMIC": cfg0["ATOMIC"] and split > 1, "EVEN": True},
         options=options,
         hot=True,
