@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from conftest import make_llama
+from .conftest import make_llama
 from optimum_amdx.errors import InvalidArgumentError, ModelNotFoundError, OutputExistsError, UnsupportedModelError
 from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer, QuantLinear, load_gptq_model
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_llama
+from .conftest import make_llama
 from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer, QuantLinear
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import make_llama
+from .conftest import make_llama
 from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer, load_gptq_model
 
 pytest.importorskip("gptqmodel")
