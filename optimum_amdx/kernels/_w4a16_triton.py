@@ -47,19 +47,21 @@ ONE_BITS = 0x3F800000  # bits of float32 1.0, passed to the GEMV at run time (se
 
 
 @triton.jit
-def _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, k0, N,
+def _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, k0, N, K,
                   GROUP_SIZE: tl.constexpr, BLOCK_K: tl.constexpr, HAS_ZEROS: tl.constexpr):
     """Scales and zeros for a ``[BLOCK_N, BLOCK_K / 8]`` tile of words: one column vector
     ``[BLOCK_N, 1]`` when the tile lies in one group, else ``[BLOCK_N, BLOCK_K / 8]`` (8 input
-    rows share a word, and groups are multiples of 16 rows)."""
+    rows share a word, and groups are multiples of 16 rows). Zero for a tile wholly past K (a
+    split's ragged tail), whose group does not exist."""
     if GROUP_SIZE == 0 or GROUP_SIZE % BLOCK_K == 0:
         if GROUP_SIZE == 0:
             g = 0
         else:
             g = k0 // GROUP_SIZE
-        s = tl.load(s_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
+        mask = n_mask & (k0 < K)
+        s = tl.load(s_ptr + g * N + offs_n, mask=mask, other=0.0).to(tl.float32)[:, None]
         if HAS_ZEROS:
-            z = tl.load(z_ptr + g * N + offs_n, mask=n_mask, other=0.0).to(tl.float32)[:, None]
+            z = tl.load(z_ptr + g * N + offs_n, mask=mask, other=0.0).to(tl.float32)[:, None]
         else:
             z = 8.0
     else:
@@ -131,7 +133,7 @@ def _w4a16_gemv_kernel(
         else:
             r_mask = rows < k_words
             packed = tl.load(w_ptrs + t * R, mask=n_mask[:, None] & r_mask[None, :], other=0)
-        s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, t * BLOCK_K, N, GROUP_SIZE, BLOCK_K,
+        s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, t * BLOCK_K, N, K, GROUP_SIZE, BLOCK_K,
                              HAS_ZEROS)
         high = packed >> 20
         if BLOCK_M == 1:
@@ -212,7 +214,7 @@ def _w4a16_dequant_kernel(
     r_mask = rows < tl.cdiv(K, 8)
     packed = tl.load(qw_ptr + offs_n[:, None] * stride_qn + rows[None, :], mask=n_mask[:, None] & r_mask[None, :],
                      other=0)
-    s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, 0, N, GROUP_SIZE, 1 << 30, HAS_ZEROS)
+    s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, 0, N, K, GROUP_SIZE, 1 << 30, HAS_ZEROS)
     shifts = tl.arange(0, 8) * 4
     q = (packed[:, :, None] >> shifts[None, None, :]) & 0xF
     qf = (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
@@ -258,7 +260,7 @@ def _w4a16_gemm_kernel(
         r_mask = rows < tl.cdiv(K, 8)
         packed = tl.load(qw_ptr + offs_n[:, None] * stride_qn + rows[None, :], mask=n_mask[:, None] & r_mask[None, :],
                          other=0)
-        s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, k0, N, GROUP_SIZE, BLOCK_K, HAS_ZEROS)
+        s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, k0, N, K, GROUP_SIZE, BLOCK_K, HAS_ZEROS)
         q = (packed[:, :, None] >> shifts[None, None, :]) & 0xF
         q = tl.reshape(q, [BLOCK_N, BLOCK_K])
         qf = (q | 0x4B000000).to(tl.float32, bitcast=True)

@@ -191,6 +191,54 @@ def test_every_route_matches_reference(route, act_order):
         torch.testing.assert_close(dequantize_dense(w, torch.float32), sorted_w.t().to(DEVICE), rtol=0, atol=0)
 
 
+GEMV_CASES = [
+    # (M, K, N, group, sym, act_order, fmt, dtype): every M of the GEMV route, groups 32/64/128/-1,
+    # K and N not multiples of the tiles, sym/asym, act-order, fp16/bf16
+    (1, 328, 40, 32, False, True, "gptq", torch.float16),
+    (1, 384, 72, 64, True, False, "gptq_v2", torch.bfloat16),
+    (1, 264, 50, -1, False, False, "gptq", torch.float16),
+    (2, 256, 40, 128, False, False, "gptq", torch.bfloat16),
+    (4, 200, 24, -1, True, True, "gptq", torch.float16),
+    (5, 320, 56, 32, True, False, "gptq_v2", torch.float16),
+    (8, 192, 40, 64, False, True, "gptq", torch.bfloat16),
+    (11, 136, 33, -1, False, False, "gptq", torch.float16),
+    (16, 384, 40, 128, True, True, "gptq_v2", torch.float16),
+]
+
+
+@pytest.mark.parametrize("m,k,n,group,sym,act_order,fmt,dtype", GEMV_CASES)
+@pytest.mark.parametrize("atomic", [False, True])
+def test_gemv_every_m_and_reduction(m, k, n, group, sym, act_order, fmt, dtype, atomic):
+    """The GEMV route with split-K over several programs, reduced by the ticket or by fp32 atomics."""
+    from optimum_amdx.kernels._w4a16_triton import w4a16_triton
+
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=7 * m + k + n)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), bits=4,
+                            group_size=group, checkpoint_format=fmt)
+    g = torch.Generator().manual_seed(m * 31 + k)
+    x = torch.randn(m, k, generator=g).to(dtype).to(DEVICE)
+    bias = torch.randn(n, generator=g).to(dtype).to(DEVICE) if (m + int(atomic)) % 2 else None
+    cfg = {"BLOCK_N": 16, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 1, "num_stages": 1, "ATOMIC": atomic}
+    out = w4a16_triton(x, w, bias, config=cfg)
+    exact = x.float() @ expected.to(DEVICE) + (bias.float() if bias is not None else 0)
+    tol = 2e-2 if dtype == torch.float16 else 6e-2
+    assert out.dtype == dtype and out.shape == (m, n)
+    torch.testing.assert_close(out.float(), exact, rtol=0, atol=tol * exact.abs().max().item())
+
+
+def test_gemv_split_prefers_whole_tiles_per_program():
+    from optimum_amdx.kernels._w4a16_triton import _split, gemv_block_k
+
+    cfg = {"programs_per_cu": 8}
+    cpu = torch.device("cpu")  # one "CU": the smallest split that reaches 8 programs
+    assert _split(32, 2, cfg, cpu) == (4, 8)
+    assert _split(43, 1, cfg, cpu) == (43, 1)  # prime K-tile count: one tile per program, no ragged tail
+    assert _split(5, 1, cfg, cpu) == (5, 1)
+    assert _split(10, 1, {"SPLIT_K": 3}, cpu) == (3, 4)
+    assert gemv_block_k(256, 128, 4096, 1) == 128 and gemv_block_k(256, 32, 4096, 1) == 32
+    assert gemv_block_k(256, 32, 4096, 16) == 128 and gemv_block_k(256, 4096, 4096, 1) == 256
+
+
 def test_uneven_act_order_groups_fall_back_to_reference():
     qweight, qzeros, scales, _, _ = quantize(64, 16, 4, 32, False, False, "gptq", seed=2)
     g_idx = torch.zeros(64, dtype=torch.int32)
