@@ -7,8 +7,11 @@ One run measures:
     second as % of copy bandwidth (target >= 85%). Calls are replayed from a CUDA/HIP graph over
     enough weight copies that they cannot sit in L2;
   * prefill (M = 2048): time against torch's fp16 matmul on the dequantized weight (target >= 0.8x);
-  * with --sweep, a small grid of tile configs for both paths, to choose the shipped defaults.
-Prints a table and writes JSON (--out). Usage: python benchmarks/bench_w4a16.py --out w4a16.json --sweep
+  * with --sweep, a grid of tile configs for both paths, to choose the shipped defaults;
+  * with --quick (under a minute on an H200): only the default M=1 / M=16 / M=2048 rows, the dequant
+    kernel alone, and a small GEMV config sweep (tile width, warps, programs per SM, ticket vs
+    fp32-atomic reduction) on 4096x11008 and 11008x4096.
+Prints a table and writes JSON (--out). Usage: python benchmarks/bench_w4a16.py --quick --out w4a16.json
 """
 
 from __future__ import annotations
@@ -22,7 +25,13 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from optimum_amdx.kernels._w4a16_triton import GEMM_CONFIGS, GEMV_CONFIGS, _family_config, w4a16_triton
+from optimum_amdx.kernels._w4a16_triton import (
+    GEMM_CONFIGS,
+    GEMV_CONFIGS,
+    _family_config,
+    dequantize_dense,
+    w4a16_triton,
+)
 from optimum_amdx.kernels.runtime import device_arch
 from optimum_amdx.kernels.w4a16 import W4A16Weight, pack_gptq_int32, prepare_gptq_weight
 
@@ -136,24 +145,53 @@ def prefill_case(k: int, n: int, m: int, act_order: bool, mm_rate: float,
             "pct_matmul_rate": 100 * flops / (ms * 1e-3) / mm_rate, "config": config or "default"}
 
 
-def sweep(copy_bw: float, mm_rate: float) -> list[dict[str, Any]]:
-    """A small grid over the tile knobs of both paths, and the GEMM-vs-dequant crossover in M."""
-    rows = []
-    for bn, bk, warps, ppc in itertools.product((128, 256), (128, 256), (4, 8), (4, 8)):
-        cfg = {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": 2, "programs_per_cu": ppc}
+def dequant_case(k: int, n: int, copy_bw: float) -> dict[str, Any]:
+    """The dequant kernel alone (the M >= 256 route's first half): packed read + fp16 write vs copy."""
+    w = random_gptq(k, n, 128, False, seed=k + 2 * n)
+    ms = events_ms(lambda: dequantize_dense(w, torch.float16))
+    nbytes = bytes_read(w, 0) + k * n * 2
+    return {"path": "deq", "M": 0, "K": k, "N": n, "act_order": False, "ms": ms,
+            "GB_s": nbytes / (ms * 1e-3) / 1e9, "pct_copy_bw": 100 * nbytes / (ms * 1e-3) / copy_bw,
+            "torch_fp16_ms": float("nan"), "speedup_vs_fp16": float("nan"), "config": "default"}
+
+
+def _gemv_cfg(bn: int, warps: int, ppc: int, atomic: bool, bk: int = 128) -> dict[str, Any]:
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": 2, "programs_per_cu": ppc,
+            "ATOMIC": atomic}
+
+
+def _try_decode(rows: list[dict[str, Any]], k: int, n: int, m: int, copy_bw: float, cfg: dict[str, Any]) -> None:
+    try:
+        r = decode_case(k, n, m, False, copy_bw, cfg, baseline=False)
+        r["path"] = "gemv" if m == 1 else "gemv16"
+        rows.append(r)
+    except Exception as exc:  # a config that does not compile is recorded, not fatal
+        rows.append({"path": "gemv", "M": m, "K": k, "N": n, "config": cfg, "error": str(exc)[:200]})
+
+
+def quick_sweep(copy_bw: float) -> list[dict[str, Any]]:
+    """The GEMV knobs that the static analysis could not settle: tile width (x reuse vs occupancy),
+    programs per SM (atomics vs loads in flight), and the split-K reduction (ticket vs fp32 atomics)."""
+    rows: list[dict[str, Any]] = []
+    for bn, warps, ppc, atomic in ((256, 4, 4, False), (256, 4, 2, False), (256, 4, 8, False), (256, 4, 16, False),
+                                   (128, 4, 4, False), (512, 8, 4, False), (256, 8, 4, False),
+                                   (256, 4, 4, True), (256, 4, 8, True), (128, 4, 8, True)):
         for k, n in ((4096, 11008), (11008, 4096)):
-            try:
-                rows.append(decode_case(k, n, 1, False, copy_bw, cfg, baseline=False))
-            except Exception as exc:  # a config that does not compile is recorded, not fatal
-                rows.append({"path": "gemv", "K": k, "N": n, "config": cfg, "error": str(exc)[:200]})
-    for bn, bk, warps, ppc in itertools.product((64, 128), (128, 256), (4, 8), (4,)):
-        cfg = {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": 2, "programs_per_cu": ppc}
-        try:
-            r = decode_case(4096, 11008, 16, False, copy_bw, cfg, baseline=False)
-            r["path"] = "gemv16"
-            rows.append(r)
-        except Exception as exc:
-            rows.append({"path": "gemv16", "K": 4096, "N": 11008, "config": cfg, "error": str(exc)[:200]})
+            _try_decode(rows, k, n, 1, copy_bw, _gemv_cfg(bn, warps, ppc, atomic))
+    for bn, warps, ppc, atomic in ((256, 4, 4, False), (128, 4, 4, False), (128, 4, 8, False), (64, 4, 8, False),
+                                   (128, 4, 8, True)):
+        _try_decode(rows, 4096, 11008, 16, copy_bw, _gemv_cfg(bn, warps, ppc, atomic))
+    return rows
+
+
+def sweep(copy_bw: float, mm_rate: float) -> list[dict[str, Any]]:
+    """A grid over the tile knobs of both paths, and the GEMM-vs-dequant crossover in M."""
+    rows = []
+    for bn, warps, ppc, atomic in itertools.product((128, 256, 512), (4, 8), (2, 4, 8, 16), (False, True)):
+        for k, n in ((4096, 11008), (11008, 4096)):
+            _try_decode(rows, k, n, 1, copy_bw, _gemv_cfg(bn, warps, ppc, atomic))
+    for bn, warps, ppc, atomic in itertools.product((64, 128, 256), (4, 8), (4, 8), (False, True)):
+        _try_decode(rows, 4096, 11008, 16, copy_bw, _gemv_cfg(bn, warps, ppc, atomic))
     for bm, bn, bk, warps, stages in ((128, 128, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
                                       (64, 128, 64, 4, 4), (64, 64, 64, 4, 4)):
         cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps, "num_stages": stages}
@@ -170,10 +208,24 @@ def sweep(copy_bw: float, mm_rate: float) -> list[dict[str, Any]]:
     return rows
 
 
+def _print_sweep(rows: list[dict[str, Any]]) -> None:
+    print("sweep (best first per path/shape; config = BLOCK_N,BLOCK_K,warps,stages,programs_per_cu,ATOMIC):")
+    ok = [r for r in rows if "error" not in r]
+    for r in sorted(ok, key=lambda r: (r["path"], r["K"], r.get("M", 0), -r.get("pct_copy_bw", r.get("ratio_vs_torch", 0)))):
+        score = f"{r['pct_copy_bw']:.1f}%copy" if "pct_copy_bw" in r else f"{r['ratio_vs_torch']:.2f}x"
+        cfg = r["config"] if isinstance(r["config"], str) else ",".join(f"{v}" for v in r["config"].values())
+        print(f"  {r['path']:7} M{r.get('M')} {r['K']}x{r['N']} {score:>10} {r['ms'] * 1e3:7.1f}us {cfg}")
+    for r in rows:
+        if "error" in r:
+            print(f"  error {r['path']} {r['config']}: {r['error'][:120]}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write results as JSON here")
-    parser.add_argument("--sweep", action="store_true", help="also run the config sweep")
+    parser.add_argument("--sweep", action="store_true", help="also run the full config sweep")
+    parser.add_argument("--quick", action="store_true",
+                        help="default M=1/16/2048 rows, the dequant kernel and a small GEMV sweep (< 1 min on H200)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_w4a16 needs a GPU (torch.cuda)", file=sys.stderr)
@@ -186,34 +238,38 @@ def main(argv: Optional[list[str]] = None) -> int:
         "gemv_config": _family_config(GEMV_CONFIGS, arch), "gemm_config": _family_config(GEMM_CONFIGS, arch),
         "rows": [],
     }
-    for (k, n), act in itertools.product(SHAPES, (False, True)):
+    acts = (False,) if args.quick else (False, True)
+    for (k, n), act in itertools.product(SHAPES, acts):
         result["rows"].append(decode_case(k, n, 1, act, copy_bw))
+    if args.quick:
+        result["rows"].append(decode_case(4096, 11008, 1, True, copy_bw))
     for k, n in SHAPES:
         result["rows"].append(decode_case(k, n, 16, False, copy_bw))
-    for (k, n), act in itertools.product(SHAPES, (False, True)):
+    if args.quick:
+        result["rows"].append(decode_case(4096, 11008, 4, False, copy_bw))
+    for (k, n), act in itertools.product(SHAPES, acts):
         result["rows"].append(prefill_case(k, n, 2048, act, mm_rate))
     for k, n in SHAPES:
-        result["rows"].append(prefill_case(k, n, 2048, False, mm_rate, route="gemm"))
+        result["rows"].append(dequant_case(k, n, copy_bw))
+    if not args.quick:
+        for k, n in SHAPES:
+            result["rows"].append(prefill_case(k, n, 2048, False, mm_rate, route="gemm"))
+    if args.quick:
+        result["sweep"] = quick_sweep(copy_bw)
+    elif args.sweep:
+        result["sweep"] = sweep(copy_bw, mm_rate)
     print(f"device {result['device']} ({arch}); copy {copy_bw / 1e9:.0f} GB/s; fp16 matmul {mm_rate / 1e12:.0f} TFLOP/s")
+    print(f"gemv default {result['gemv_config']}")
+    if "sweep" in result:
+        _print_sweep(result["sweep"])
     print(f"{'path':5} {'M':>5} {'K':>6} {'N':>6} {'act':>4} {'us':>8} {'GB/s':>7} {'%copy':>6} {'vs fp16':>8}")
     for r in result["rows"]:
-        if r["path"] == "gemv":
-            print(f"gemv  {r['M']:>5} {r['K']:>6} {r['N']:>6} {str(r['act_order'])[0]:>4} {r['ms'] * 1e3:8.1f} "
+        if r["path"] in ("gemv", "deq"):
+            print(f"{r['path']:5} {r['M']:>5} {r['K']:>6} {r['N']:>6} {str(r['act_order'])[0]:>4} {r['ms'] * 1e3:8.1f} "
                   f"{r['GB_s']:7.0f} {r['pct_copy_bw']:6.1f} {r['speedup_vs_fp16']:7.2f}x")
         else:
             print(f"{r['path'][:5]:5} {r['M']:>5} {r['K']:>6} {r['N']:>6} {str(r['act_order'])[0]:>4} {r['ms'] * 1e3:8.1f} "
                   f"{r['TFLOP_s']:6.0f}TF {r['pct_matmul_rate']:5.1f}% {r['ratio_vs_torch']:7.2f}x")
-    if args.sweep:
-        result["sweep"] = sweep(copy_bw, mm_rate)
-        print("sweep (best first):")
-        ok = [r for r in result["sweep"] if "error" not in r]
-        for r in sorted(ok, key=lambda r: (r["path"], r["K"], r.get("M", 0), -r.get("pct_copy_bw", r.get("ratio_vs_torch", 0)))):
-            score = f"{r['pct_copy_bw']:.1f}%copy" if "pct_copy_bw" in r else f"{r['ratio_vs_torch']:.2f}x"
-            cfg = r["config"] if isinstance(r["config"], str) else ",".join(f"{v}" for v in r["config"].values())
-            print(f"  {r['path']} M{r.get('M')} {r['K']}x{r['N']} {score} {r['ms'] * 1e3:.1f}us {cfg}")
-        for r in result["sweep"]:
-            if "error" in r:
-                print(f"  error {r['path']} {r['config']}: {r['error'][:120]}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1, default=str)
