@@ -88,7 +88,13 @@ def _rocm_text_generation_model(model: Any, dtype: Any = None, trust_remote_code
     if isinstance(model, AMDModelForCausalLM):
         return model
     if isinstance(model, (str, os.PathLike)):
-        model = load_causal_lm(model, dtype=dtype or "auto", trust_remote_code=trust_remote_code)
+        from .models import resolve_model
+        from .quantization import is_gptq_checkpoint
+
+        path = resolve_model(model)
+        if is_gptq_checkpoint(path):  # our QuantLinear on the W4A16 kernel, not transformers' GPTQ backend
+            return AMDModelForCausalLM.from_pretrained(path, dtype=dtype or "auto")
+        model = load_causal_lm(path, dtype=dtype or "auto", trust_remote_code=trust_remote_code)
     try:
         return AMDModelForCausalLM(model)
     except UnsupportedModelError:

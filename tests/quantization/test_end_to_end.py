@@ -43,6 +43,14 @@ def test_quantize_save_reload_generate(tmp_path, tokenizer, calib):
     gen_b = reloaded.generate(ids, max_new_tokens=8, do_sample=False)
     assert torch.equal(gen_a, gen_b) and gen_a.shape[1] == 32
 
+    from optimum_amdx import pipeline
+
+    pipe = pipeline("text-generation", model=str(out), accelerator="rocm")
+    assert isinstance(pipe.model.model.model.layers[0].self_attn.q_proj, QuantLinear)
+    prompt = tokenizer("hello world", return_tensors="pt").input_ids
+    expected = tokenizer.decode(reloaded.generate(prompt, max_new_tokens=8, do_sample=False)[0])
+    assert pipe("hello world", max_new_tokens=8, do_sample=False)[0]["generated_text"] == expected
+
 
 def test_sharded_save_with_bias_and_v2_format(tmp_path, tokenizer, calib):
     model, quantizer, _ = _quantize(calib, tokenizer, bias=True, sym=False, checkpoint_format="gptq_v2", bits=8)
