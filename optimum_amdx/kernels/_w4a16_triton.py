@@ -214,7 +214,9 @@ def _w4a16_dequant_kernel(
     r_mask = rows < tl.cdiv(K, 8)
     packed = tl.load(qw_ptr + offs_n[:, None] * stride_qn + rows[None, :], mask=n_mask[:, None] & r_mask[None, :],
                      other=0)
-    s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, 0, N, K, GROUP_SIZE, 1 << 30, HAS_ZEROS)
+    # a block of BLOCK_R words is BLOCK_R * 8 rows: inside one group when that divides the group
+    s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, tl.program_id(0) * BLOCK_R * 8, N, K,
+                         GROUP_SIZE, BLOCK_R * 8, HAS_ZEROS)
     shifts = tl.arange(0, 8) * 4
     q = (packed[:, :, None] >> shifts[None, None, :]) & 0xF
     qf = (q | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
@@ -457,8 +459,9 @@ DEQUANT_MIN_M: dict[str, int] = {"cdna2": 256, "cdna3": 256, "cdna4": 256, "rdna
                                  "default": 256, "cpu": 1 << 62}
 """Rows from which dequantize-then-BLAS beats the fused GEMM (the dense weight is written and read
 once per call, which the BLAS amortizes over many rows). Never in the interpreter."""
-DEQUANT_CONFIG = {"BLOCK_R": 16, "BLOCK_N": 32, "num_warps": 4}
-"""16 words x 32 columns: 4 KB read, 8 KB (fp16) written per program, in 16-byte stores."""
+DEQUANT_CONFIG = {"BLOCK_R": 16, "BLOCK_N": 64, "num_warps": 4}
+"""16 words (128 rows: one scale per column for groups of 128) x 64 columns: 4 KB read, 16 KB
+(fp16) written per program, in 16-byte stores."""
 
 
 def dequant_min_m(arch: str) -> int:

@@ -173,14 +173,15 @@ def test_split_k_workspace_is_left_clean_and_reused():
         assert int(cnt.abs().sum()) == 0 and float(ws.abs().sum()) == 0.0
 
 
+@pytest.mark.parametrize("group", [16, 32])  # 16: scales per word in every route's tile
 @pytest.mark.parametrize("act_order", [False, True])
 @pytest.mark.parametrize("route", ["gemv", "gemm", "dequant"])
-def test_every_route_matches_reference(route, act_order):
+def test_every_route_matches_reference(route, act_order, group):
     from optimum_amdx.kernels._w4a16_triton import dequantize_dense, w4a16_triton
 
     m = 3 if route == "gemv" else 20
-    qweight, qzeros, scales, g_idx, expected = quantize(160, 48, 4, 32, False, act_order, "gptq", seed=21 + m)
-    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=32)
+    qweight, qzeros, scales, g_idx, expected = quantize(160, 48, 4, group, False, act_order, "gptq", seed=21 + m)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=group)
     x = torch.randn(m, 160, generator=torch.Generator().manual_seed(m)).half().to(DEVICE)
     bias = torch.randn(48, generator=torch.Generator().manual_seed(3)).half().to(DEVICE)
     exact = x.float() @ expected.to(DEVICE) + bias.float()
