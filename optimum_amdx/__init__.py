@@ -6,8 +6,7 @@ nor onnxruntime and stays fast.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from optimum_amdx._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -29,17 +28,4 @@ _LAZY: dict[str, str] = {
     "deepspeed_config": "optimum_amdx.distributed",
 }
 
-__all__ = sorted(_LAZY) + ["__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'optimum_amdx' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, eager=("__version__",))

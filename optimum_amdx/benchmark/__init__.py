@@ -9,30 +9,20 @@ Names load lazily so importing this package does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from optimum_amdx._lazy import lazy_exports
 
 _LAZY = {
-    "BenchmarkSpec": "harness",
-    "run_benchmark": "harness",
-    "SCHEMA_ID": "schema",
-    "load": "schema",
-    "validate": "schema",
-    "compare": "report",
-    "format_results": "report",
-    "format_compare": "report",
-    "write_plots": "plots",
-    "summarize": "stats",
-    "percentile": "stats",
+    "BenchmarkSpec": ".harness",
+    "run_benchmark": ".harness",
+    "SCHEMA_ID": ".schema",
+    "load": ".schema",
+    "validate": ".schema",
+    "compare": ".report",
+    "format_results": ".report",
+    "format_compare": ".report",
+    "write_plots": ".plots",
+    "summarize": ".stats",
+    "percentile": ".stats",
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'optimum_amdx.benchmark' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY)

@@ -6,8 +6,7 @@ Importing this package registers `attn_implementation="amdx"` with transformers 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from optimum_amdx._lazy import lazy_exports
 
 from .attention import register_attention
 
@@ -23,17 +22,4 @@ _LAZY: dict[str, str] = {
     "FusedRMSNorm": "optimum_amdx.modeling.patching",
 }
 
-__all__ = sorted(_LAZY) + ["register_attention"]
-
-
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'optimum_amdx.modeling' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, eager=('register_attention',))

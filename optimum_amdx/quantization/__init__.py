@@ -6,8 +6,7 @@ Names load lazily so importing this package does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from optimum_amdx._lazy import lazy_exports
 
 _LAZY: dict[str, str] = {
     "GPTQConfig": "optimum_amdx.quantization.config",
@@ -24,17 +23,4 @@ _LAZY: dict[str, str] = {
     "pack_gptq": "optimum_amdx.quantization.packing",
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'optimum_amdx.quantization' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY)
