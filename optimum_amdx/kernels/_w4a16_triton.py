@@ -42,7 +42,6 @@ from .runtime import arch_family, device_arch, interpret_mode
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
 
-MAGIC = 8388608.0  # 2**23: float32 whose low mantissa bits hold a small unsigned integer exactly
 ONE_BITS = 0x3F800000  # bits of float32 1.0, passed to the GEMV at run time (see `_nibble_scaled`)
 
 
@@ -73,12 +72,6 @@ def _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, k0, N, K,
         else:
             z = 8.0
     return s, z
-
-
-@triton.jit
-def _nibble(packed, J: tl.constexpr):
-    """Nibble J of every word as an exact float32: OR-ed into the mantissa of 2**23, minus 2**23."""
-    return (((packed >> (4 * J)) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
 
 
 @triton.jit
