@@ -92,9 +92,9 @@ def _nibble_scaled(packed, high, one_bits, J: tl.constexpr):
 @triton.jit
 def _w4a16_gemv_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
-    M, N, K, stride_xm, stride_om, stride_qn, tiles_per_split, one_bits,
+    M, N, K, stride_xm, stride_om, stride_qn, tiles_per_split, split_k, one_bits,
     GROUP_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
+    SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
     ATOMIC: tl.constexpr = False, EVEN: tl.constexpr = False,
 ):
     # EVEN: N is a multiple of BLOCK_N, K of BLOCK_K, and the K tiles split evenly, so no load needs
@@ -169,11 +169,11 @@ def _w4a16_gemv_kernel(
         acc = tl.sum(acc2, axis=1)[None, :]
     out_mask = m_mask[:, None] & n_mask[None, :]
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
-    if SPLIT_K == 1 or ATOMIC:
+    if not SPLIT or ATOMIC:
         if HAS_BIAS:
             if pid_k == 0:
                 acc += tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        if SPLIT_K == 1:
+        if not SPLIT:
             tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
         else:
             tl.atomic_add(out_ptrs, acc, mask=out_mask, sem="relaxed")
@@ -183,7 +183,7 @@ def _w4a16_gemv_kernel(
         # every thread's partial sums must be issued before this program takes its ticket
         tl.debug_barrier()
         ticket = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
-        if ticket == SPLIT_K - 1:
+        if ticket == split_k - 1:
             ws_bits = ws_ptrs.to(tl.pointer_type(tl.int32))
             old = tl.atomic_xchg(ws_bits, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32), mask=out_mask, sem="acq_rel")
             total = old.to(tl.float32, bitcast=True)
@@ -426,8 +426,8 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
         ws, cnt = _workspace(x.device, n, n_tiles) if split > 1 and not atomic else (out, out)
         _w4a16_gemv_kernel[(n_tiles, split)](
             x2, w.qweight, w.scales, z, w.perm if w.perm is not None else w.qweight, b, dst, ws, cnt,
-            m, n, k, x2.stride(0), dst.stride(0), w.qweight.stride(0), per, ONE_BITS,
-            GROUP_SIZE=gs, BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, HAS_ZEROS=w.zeros is not None,
+            m, n, k, x2.stride(0), dst.stride(0), w.qweight.stride(0), per, split, ONE_BITS,
+            GROUP_SIZE=gs, BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split > 1, HAS_ZEROS=w.zeros is not None,
             HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, ATOMIC=atomic, EVEN=even,
             **launch_options(cfg, arch),
         )
@@ -497,8 +497,9 @@ _RDNA3 = ("gfx1100",)
 def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[str, ...],
                group: int = 128) -> CompileSpec:
     sig = dict(_COMMON_SIG, ws_ptr="*fp32", cnt_ptr="*i32", M="i32", N="i32", K="i32", stride_xm="i32",
-               stride_om="i32", stride_qn="i32", tiles_per_split="i32", one_bits="i32")
-    names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "ATOMIC",
+               stride_om="i32", stride_qn="i32", tiles_per_split="i32", split_k="i32",
+               one_bits="i32")
+    names = ("GROUP_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "ATOMIC",
              "EVEN")
     sig.update({c: "constexpr" for c in names})
 
@@ -512,7 +513,7 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[s
         kernel=_w4a16_gemv_kernel,
         signature=sig,
         constexprs={"GROUP_SIZE": group, "BLOCK_M": block_m, "BLOCK_N": cfg0["BLOCK_N"],
-                    "BLOCK_K": gemv_block_k(cfg0["BLOCK_K"], group, 1 << 30, block_m), "SPLIT_K": split, "HAS_ZEROS": zeros, "HAS_PERM": perm,
+                    "BLOCK_K": gemv_block_k(cfg0["BLOCK_K"], group, 1 << 30, block_m), "SPLIT": split > 1, "HAS_ZEROS": zeros, "HAS_PERM": perm,
                     "HAS_BIAS": False, "ATOMIC": cfg0["ATOMIC"] and split > 1, "EVEN": True},
         options=options,
         hot=True,
