@@ -75,6 +75,31 @@ def _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, k0, N, K,
 
 
 @triton.jit
+def _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, J: tl.constexpr):
+    """``1 + q * 2**-7`` (J even) or ``1 + q * 2**-11`` (J odd) for nibble J, exactly: one of five
+    shifted copies of the word (shared by its 8 nibbles) holds the nibble at bits 16..19 or 12..15,
+    and one and-or with the bits of 1.0 puts it into the mantissa. The caller multiplies by
+    ``x * 2**7`` or ``x * 2**11`` and subtracts the sum of those once per word: the nibble sits high
+    enough in the mantissa that ``(1 + q * 2**-e) * x * 2**e`` keeps ``q * x`` to about 2**-13 of
+    ``x`` (the error of a float32 product of that size), and no per-weight subtraction is needed."""
+    if J == 0:
+        src = w_l16
+    elif J < 3:
+        src = w_l8
+    elif J < 5:
+        src = packed
+    elif J < 7:
+        src = w_r8
+    else:
+        src = w_r16
+    if J % 2 == 0:
+        bits = (src & 0xF0000) | one_bits
+    else:
+        bits = (src & 0xF000) | one_bits
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _nibble_scaled(packed, high, one_bits, J: tl.constexpr):
     """Nibble J times 16**J * 2**-23 (J < 5), or times 16**(J - 5) * 2**-23 (J >= 5, read from
     ``high = packed >> 20``), exactly and without a shift: the masked bits sit in the mantissa of
@@ -128,11 +153,16 @@ def _w4a16_gemv_kernel(
             packed = tl.load(w_ptrs + t * R, mask=n_mask[:, None] & r_mask[None, :], other=0)
         s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, t * BLOCK_K, N, K, GROUP_SIZE, BLOCK_K,
                              HAS_ZEROS)
-        high = packed >> 20
         if BLOCK_M == 1:
+            w_l16 = packed << 16
+            w_l8 = packed << 8
+            w_r8 = packed >> 8
+            w_r16 = packed >> 16
             part = tl.zeros([BLOCK_N, R], dtype=tl.float32)
             xsum = tl.zeros([R], dtype=tl.float32)
+            ones = tl.zeros([R], dtype=tl.float32)
         else:
+            high = packed >> 20
             zs = z * s
         for j in tl.static_range(8):
             kj = rows * 8 + j
@@ -147,12 +177,13 @@ def _w4a16_gemv_kernel(
             if BLOCK_M == 1:
                 xj = tl.load(x_ptr + col, mask=k_mask, other=0.0).to(tl.float32)
                 xsum += xj
-                # q * 16**e * 2**-23 times x * 2**23 * 16**-e: exact powers of two
-                if j < 5:
-                    xs = xj * (8388608.0 / (1 << (4 * j)))
+                # (1 + q * 2**-e) * x * 2**e = x * 2**e + q * x; the x * 2**e sum is taken off per word
+                if j % 2 == 0:
+                    xs = xj * 128.0
                 else:
-                    xs = xj * (8388608.0 / (1 << (4 * (j - 5))))
-                part += _nibble_scaled(packed, high, one_bits, j) * xs[None, :]
+                    xs = xj * 2048.0
+                ones += xs
+                part += _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, j) * xs[None, :]
             else:
                 # (q - z) * s as one FMA: q * 16**e * 2**-23 (exact) times s * 2**23 * 16**-e
                 if j < 5:
@@ -164,7 +195,7 @@ def _w4a16_gemv_kernel(
                              mask=m_mask[:, None] & k_mask[None, :], other=0.0)
                 acc = tl.dot(xj, tl.trans(wj.to(xj.dtype)), acc)
         if BLOCK_M == 1:
-            acc2 += s * (part - z * xsum[None, :])
+            acc2 += s * (part - (ones[None, :] + z * xsum[None, :]))
     if BLOCK_M == 1:
         acc = tl.sum(acc2, axis=1)[None, :]
     out_mask = m_mask[:, None] & n_mask[None, :]

@@ -227,6 +227,22 @@ def test_gemv_every_m_and_reduction(m, k, n, group, sym, act_order, fmt, dtype, 
     torch.testing.assert_close(out.float(), exact, rtol=0, atol=tol * exact.abs().max().item())
 
 
+@pytest.mark.parametrize("sym", [True, False])
+def test_gemv_m1_error_is_the_fp16_rounding_of_the_output(sym):
+    """The M=1 loop keeps the nibble high in a float32 mantissa and takes the bias off once per word;
+    that must cost no visible precision: the error stays at the fp16 rounding of the exact result."""
+    from optimum_amdx.kernels._w4a16_triton import w4a16_triton
+
+    k, n = 2048, 64
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, 128, sym, False, "gptq", seed=12)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=128)
+    x = torch.randn(1, k, generator=torch.Generator().manual_seed(13)).half().to(DEVICE)
+    out = w4a16_triton(x, w, config={"BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 1, "num_stages": 1})
+    exact = x.double() @ expected.double().to(DEVICE)
+    rounding = (exact.half().double() - exact).abs().max().item()
+    assert (out.double() - exact).abs().max().item() <= 1.5 * rounding + 1e-6 * exact.abs().max().item()
+
+
 def test_gemv_split_prefers_whole_tiles_per_program():
     from optimum_amdx.kernels._w4a16_triton import _split, gemv_block_k
 
