@@ -42,6 +42,7 @@ def _ours(path, tokenizer, samples, method, cfg_kwargs, out_dir):
 
 
 def _gptqmodel(path, samples, cfg_kwargs, out_dir):
+    """GPT-QModel with its own defaults beyond the shared settings (act_group_aware is on when desc_act is off)."""
     os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
     from gptqmodel import GPTQModel, QuantizeConfig
 
@@ -64,8 +65,8 @@ def main() -> None:
     parser.add_argument("--seqlen", type=int, default=512)
     parser.add_argument("--eval-seqlen", type=int, default=512)
     parser.add_argument("--damp-percent", type=float, default=0.05)
-    parser.add_argument("--variants", default="fp,rtn,gptq,gptq-desc,peer,peer-desc",
-                        help="comma list of fp, rtn, gptq, gptq-desc (ours), peer, peer-desc (GPT-QModel)")
+    parser.add_argument("--variants", default="fp,rtn,gptq,gptq-gar,gptq-desc,peer,peer-desc",
+                        help="comma list of fp, rtn, gptq, gptq-gar, gptq-desc (ours), peer, peer-desc (GPT-QModel)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
 
@@ -90,6 +91,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         runs = [("rtn", "RTN 4-bit g128 (ours)", "rtn", base), ("gptq", "GPTQ 4-bit g128 (ours)", "gptq", base),
+                ("gptq-gar", "GPTQ 4-bit g128 act_group_aware (ours)", "gptq", {**base, "act_group_aware": True}),
                 ("gptq-desc", "GPTQ 4-bit g128 desc_act (ours)", "gptq", desc),
                 ("peer", "GPTQ 4-bit g128 (GPT-QModel 7.6.0)", "peer", base),
                 ("peer-desc", "GPTQ 4-bit g128 desc_act (GPT-QModel 7.6.0)", "peer", desc)]

@@ -28,7 +28,9 @@ class GPTQConfig:
     factorization. true_sequential: quantize the linears of a block in dependency order (q/k/v,
     then o, then gate/up, then down), re-running the block between steps so each sees the
     already-quantized inputs. static_groups: compute group scales from the original weights before
-    any update (keeps groups contiguous in storage even with desc_act). block_size: columns per lazy
+    any update (keeps groups contiguous in storage even with desc_act). act_group_aware: without
+    desc_act, solve whole groups in decreasing order of Hessian importance, and columns within a group
+    likewise (GPT-QModel's "GAR"); storage stays in order, with a monotone g_idx. block_size: columns per lazy
     batch update. checkpoint_format: "gptq" (v1, stored zero = real zero - 1, what most tools read)
     or "gptq_v2". modules_to_not_convert: name suffixes left in full precision (lm_head always is).
     dataset / n_samples / seqlen / seed: calibration data (see `calibration.get_calibration_data`).
@@ -41,6 +43,7 @@ class GPTQConfig:
     damp_percent: float = 0.01
     true_sequential: bool = True
     static_groups: bool = False
+    act_group_aware: bool = False
     block_size: int = 128
     checkpoint_format: str = "gptq"
     modules_to_not_convert: list[str] = field(default_factory=list)
@@ -113,6 +116,7 @@ class GPTQConfig:
                 "damp_percent": self.damp_percent,
                 "static_groups": self.static_groups,
                 "true_sequential": self.true_sequential,
+                "act_group_aware": self.act_group_aware,
             },
         }
 
@@ -138,6 +142,7 @@ class GPTQConfig:
             damp_percent=float(qc.get("damp_percent", meta.get("damp_percent", 0.01))),
             true_sequential=bool(qc.get("true_sequential", meta.get("true_sequential", True))),
             static_groups=bool(qc.get("static_groups", meta.get("static_groups", False))),
+            act_group_aware=bool(meta.get("act_group_aware") or False),
             checkpoint_format=fmt,
             modules_to_not_convert=list(qc.get("modules_to_not_convert") or []),
         )

@@ -127,8 +127,14 @@ def gptq_quantize(weight: torch.Tensor, H: torch.Tensor, cfg: GPTQConfig) -> Qua
         static = [grid_params(W[:, g : g + gs], bits, cfg.sym, keep) for g in range(0, k, gs)]
 
     perm = None
+    # group starts in processing order: position -> (stored group, rows); contiguous unless reordered
+    starts = {p: (p // gs, min(gs, k - p)) for p in range(0, k, gs)}
+    group_aware = cfg.act_group_aware and not cfg.desc_act and not static
     if cfg.desc_act:
         perm = torch.argsort(torch.diag(H), descending=True)
+    elif group_aware:
+        perm, starts = _group_aware_order(torch.diag(H), gs)
+    if perm is not None:
         W = W[:, perm]
         H = H[perm][:, perm]
 
@@ -143,7 +149,10 @@ def gptq_quantize(weight: torch.Tensor, H: torch.Tensor, cfg: GPTQConfig) -> Qua
     zeros = torch.zeros(n_groups, n_out, device=W.device)
     orig_col = perm if perm is not None else torch.arange(k, device=W.device)
     orig_col_list = orig_col.tolist()
-    group_of_pos = orig_col // gs if static else torch.arange(k, device=W.device) // gs
+    if static or group_aware:
+        group_of_pos = orig_col // gs  # stored groups stay contiguous in the original order
+    else:
+        group_of_pos = torch.arange(k, device=W.device) // gs
     scale = zero = None
     for i1 in range(0, k, cfg.block_size):
         i2 = min(i1 + cfg.block_size, k)
@@ -156,9 +165,9 @@ def gptq_quantize(weight: torch.Tensor, H: torch.Tensor, cfg: GPTQConfig) -> Qua
             if static:
                 g = orig_col_list[col] // gs
                 scale, zero = static[g]
-            elif col % gs == 0:
-                g = col // gs
-                window = torch.cat([W1[:, i : i + gs], W[:, i2 : col + gs]], dim=1)
+            elif col in starts:
+                g, rows = starts[col]
+                window = torch.cat([W1[:, i : i + rows], W[:, i2 : col + rows]], dim=1)
                 scale, zero = grid_params(window, bits, cfg.sym, keep)
                 scales[g], zeros[g] = scale, zero
             w = W1[:, i]
@@ -190,6 +199,26 @@ def gptq_quantize(weight: torch.Tensor, H: torch.Tensor, cfg: GPTQConfig) -> Qua
     return QuantResult(
         codes.to(torch.int32), scales, zeros.to(torch.int32), g_idx.to(torch.int32), dequant, float(losses.sum())
     )
+
+
+def _group_aware_order(diag: torch.Tensor, gs: int) -> tuple[torch.Tensor, dict[int, tuple[int, int]]]:
+    """Group-aware reordering (GPT-QModel's act_group_aware): groups in decreasing order of their
+    largest Hessian diagonal, columns inside each group by decreasing diagonal. Groups stay whole, so
+    the checkpoint keeps a monotone g_idx (no act-order gather at inference) while the solver still
+    handles the most sensitive columns first."""
+    k = diag.numel()
+    bounds = list(range(0, k, gs))
+    scores = torch.stack([diag[b : b + gs].max() for b in bounds])
+    order: list[torch.Tensor] = []
+    starts: dict[int, tuple[int, int]] = {}
+    pos = 0
+    for g in torch.argsort(scores, descending=True).tolist():
+        b = bounds[g]
+        inner = torch.argsort(diag[b : b + gs], descending=True) + b
+        starts[pos] = (g, inner.numel())
+        order.append(inner)
+        pos += inner.numel()
+    return torch.cat(order), starts
 
 
 def _inverse_cholesky_upper(H: torch.Tensor) -> torch.Tensor:

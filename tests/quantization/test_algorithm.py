@@ -92,3 +92,14 @@ def test_dead_inputs_do_not_break_factorization():
     res = gptq_quantize(W, H, GPTQConfig(bits=4, group_size=32))
     assert torch.isfinite(res.dequantized).all()
     assert res.dequantized[:, :8].abs().max() < 0.02  # dead columns are zeroed, up to one grid step
+
+
+def test_group_aware_order_keeps_groups_whole_and_helps():
+    W, X, H = _layer(12, k=160)  # groups of 64, 64, 32
+    plain = gptq_quantize(W, H, GPTQConfig(bits=3, group_size=64))
+    gar = gptq_quantize(W, H, GPTQConfig(bits=3, group_size=64, act_group_aware=True))
+    assert torch.equal(gar.g_idx.long(), torch.arange(160) // 64)  # storage stays in order
+    t = pack_gptq(gar.codes, gar.scales, gar.zeros, gar.g_idx, 3, "gptq")
+    w = dequantize_gptq(t["qweight"], t["qzeros"], t["scales"], t["g_idx"], 3, "gptq")
+    torch.testing.assert_close(w.t(), gar.dequantized, rtol=0, atol=1e-6)
+    assert _output_error(W, gar.dequantized, X) < 1.1 * _output_error(W, plain.dequantized, X)
