@@ -132,8 +132,8 @@ def get_calibration_data(
     seed: int = 0,
 ) -> list["Any"]:
     """`n_samples` windows of `seqlen` tokens ([1, seqlen] LongTensors) drawn at seeded random offsets
-    from the concatenated "train" text. A short text yields fewer, shorter samples and says nothing
-    silently: it raises if even one window of 32 tokens does not fit."""
+    from the concatenated "train" text. A text shorter than `seqlen` gives windows of its own length;
+    one shorter than 33 tokens is an error. A list of token-id tensors is passed through."""
     import torch
 
     if isinstance(source, (list, tuple)) and source and all(isinstance(s, torch.Tensor) for s in source):
