@@ -22,8 +22,13 @@ All read the `W4A16Weight` layout: int32 ``[N, KW]``, column ``n``'s packed K wo
   a linear-layer ``[N, K]`` matrix (each packed word becomes 8 consecutive halves: one 16-byte
   store) and the BLAS matmul (hipBLASLt / cuBLAS, ``x @ W^T`` as in ``nn.Linear``) does the rest.
 
-Dequantization: a nibble ``q`` OR-ed into the mantissa of float32 ``2**23`` reads as ``2**23 + q``,
-so ``q`` costs a shift, a mask/or and one subtraction, no int-to-float conversion. Act-order
+Dequantization without int-to-float conversions. The GEMV takes five shifted copies of each word
+(shared by its 8 nibbles) so that nibble ``j`` sits at bits 16..19 (even ``j``) or 12..15 (odd) of
+one of them; one and-or with the bits of 1.0 makes the float ``1 + q * 2**-e`` exactly (e = 7 or 11).
+With one row, that times ``x * 2**e`` is ``x * 2**e + q * x`` (one FMA), and the ``x * 2**e`` sums
+are taken off once per word, not per weight; with 2..16 rows, ``(q - z) * s`` is one FMA with the
+per-column constant ``-(s * 2**e + z * s)`` (exact: small integers times an fp16 scale). The GEMM
+and dequant kernels OR the nibble into the mantissa of 2**23 and subtract 2**23. Act-order
 weights were sorted by group at repack time; the GEMV reads activation column ``perm[k]`` for
 sorted row ``k``; the GEMM and dequant routes get x with permuted columns (one gather per call).
 """
@@ -42,7 +47,7 @@ from .runtime import arch_family, device_arch, interpret_mode
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
 
-ONE_BITS = 0x3F800000  # bits of float32 1.0, passed to the GEMV at run time (see `_nibble_scaled`)
+ONE_BITS = 0x3F800000  # bits of float32 1.0, passed to the GEMV at run time (see `_nibble_biased`): held in a register, the and-or is one LOP3 on sm_90 (an instruction takes one immediate)
 
 
 @triton.jit
@@ -100,21 +105,6 @@ def _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, J: tl.constexpr):
 
 
 @triton.jit
-def _nibble_scaled(packed, high, one_bits, J: tl.constexpr):
-    """Nibble J times 16**J * 2**-23 (J < 5), or times 16**(J - 5) * 2**-23 (J >= 5, read from
-    ``high = packed >> 20``), exactly and without a shift: the masked bits sit in the mantissa of
-    1.0, so ``bits | 1.0`` is ``1 + value`` and subtracting 1.0 is exact. ``one_bits`` is the
-    runtime argument 0x3F800000 (the bits of 1.0): held in a register, the and-or is one ``LOP3``
-    on NVIDIA (an instruction takes one immediate; two literals made it two) and one
-    ``v_and_or_b32`` on AMD. The caller scales x by the inverse factor."""
-    if J < 5:
-        bits = (packed & (0xF << (4 * J))) | one_bits
-    else:
-        bits = (high & (0xF << (4 * (J - 5)))) | one_bits
-    return bits.to(tl.float32, bitcast=True) - 1.0
-
-
-@triton.jit
 def _w4a16_gemv_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, K, stride_xm, stride_om, stride_qn, tiles_per_split, split_k, one_bits,
@@ -153,17 +143,20 @@ def _w4a16_gemv_kernel(
             packed = tl.load(w_ptrs + t * R, mask=n_mask[:, None] & r_mask[None, :], other=0)
         s, z = _group_params(s_ptr, z_ptr, rows, r_mask, offs_n, n_mask, t * BLOCK_K, N, K, GROUP_SIZE, BLOCK_K,
                              HAS_ZEROS)
+        w_l16 = packed << 16
+        w_l8 = packed << 8
+        w_r8 = packed >> 8
+        w_r16 = packed >> 16
         if BLOCK_M == 1:
-            w_l16 = packed << 16
-            w_l8 = packed << 8
-            w_r8 = packed >> 8
-            w_r16 = packed >> 16
             part = tl.zeros([BLOCK_N, R], dtype=tl.float32)
             xsum = tl.zeros([R], dtype=tl.float32)
             ones = tl.zeros([R], dtype=tl.float32)
         else:
-            high = packed >> 20
-            zs = z * s
+            # (q - z) * s = (1 + q * 2**-e) * (s * 2**e) - (s * 2**e + z * s): one FMA per weight
+            s_even = s * 128.0
+            s_odd = s * 2048.0
+            c_even = -(s_even + z * s)
+            c_odd = -(s_odd + z * s)
         for j in tl.static_range(8):
             kj = rows * 8 + j
             if EVEN:
@@ -185,12 +178,11 @@ def _w4a16_gemv_kernel(
                 ones += xs
                 part += _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, j) * xs[None, :]
             else:
-                # (q - z) * s as one FMA: q * 16**e * 2**-23 (exact) times s * 2**23 * 16**-e
-                if j < 5:
-                    sj = s * (8388608.0 / (1 << (4 * j)))
+                nib = _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, j)
+                if j % 2 == 0:
+                    wj = nib * s_even + c_even
                 else:
-                    sj = s * (8388608.0 / (1 << (4 * (j - 5))))
-                wj = _nibble_scaled(packed, high, one_bits, j) * sj - zs
+                    wj = nib * s_odd + c_odd
                 xj = tl.load(x_ptr + offs_m[:, None] * stride_xm + col[None, :],
                              mask=m_mask[:, None] & k_mask[None, :], other=0.0)
                 acc = tl.dot(xj, tl.trans(wj.to(xj.dtype)), acc)
@@ -302,13 +294,15 @@ def _w4a16_gemm_kernel(
 
 GEMV_CONFIGS: dict[str, dict[str, Any]] = {
     # BLOCK_N columns x BLOCK_K rows per tile ([BLOCK_N, BLOCK_K / 8] words, 16 KB at 256 x 128;
-    # BLOCK_K is cut to the group size, see `gemv_block_k`). sm_90 SASS of the M=1 loop at 256 x 128,
-    # 4 warps: 4.3 instructions per weight (1 LOP3, 1 FADD, 1.25 FFMA, the rest x and addressing);
-    # 128 x 128: 4.9 (x loads and conversions are shared by fewer columns per thread).
-    # split-K aims at programs_per_cu programs per CU/SM, each over a few whole K tiles.
-    # ATOMIC: partial sums straight into a zeroed float32 output (+ a cast) instead of the
-    # one-launch ticket reduction. waves_per_eu stays 0: Triton passes it to LLVM as "N, N", which
-    # caps occupancy at N, and this bandwidth-bound loop wants every wave the registers allow.
+    # BLOCK_K is cut to the group size, see `gemv_block_k`); BLOCK_N_DOT: the tile width for 2..16
+    # rows (default BLOCK_N). sm_90 SASS (ptxas, 4 warps) per weight in the K loop: M=1 at 256 columns
+    # 3.6 instructions (1 LOP3, 1.25 FFMA, 0.5 SHF, the rest x and addressing; act-order 4.2),
+    # M=16 at 128 columns 4.9 (1 LOP3, 1 FFMA, 0.5 F2FP, shared-memory staging for tl.dot; 256
+    # columns: 4.4 but 255 registers). Split-K aims at programs_per_cu programs per CU/SM, each over
+    # whole K tiles. ATOMIC: partial sums straight into a zeroed float32 output (+ a cast) instead
+    # of the one-launch ticket reduction. waves_per_eu stays 0: Triton passes it to LLVM as "N, N",
+    # which caps occupancy at N, and this bandwidth-bound loop wants every wave the registers allow.
+    # CDNA keeps 128 columns: 71 VGPRs, 7 waves per SIMD on gfx942 (256 columns: 141 VGPRs, 3 waves).
     "cdna2": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
               "ATOMIC": False},
     "cdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
@@ -317,8 +311,10 @@ GEMV_CONFIGS: dict[str, dict[str, Any]] = {
               "ATOMIC": False},
     "rdna3": {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8, "num_stages": 2, "waves_per_eu": 0, "programs_per_cu": 8,
               "ATOMIC": False},
-    "hopper": {"BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "programs_per_cu": 8, "ATOMIC": False},
-    "default": {"BLOCK_N": 256, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2, "programs_per_cu": 8, "ATOMIC": False},
+    "hopper": {"BLOCK_N": 256, "BLOCK_N_DOT": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2,
+               "programs_per_cu": 8, "ATOMIC": False},
+    "default": {"BLOCK_N": 256, "BLOCK_N_DOT": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 2,
+                "programs_per_cu": 8, "ATOMIC": False},
 }
 GEMM_CONFIGS: dict[str, dict[str, Any]] = {
     "cdna2": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 2,
@@ -448,7 +444,8 @@ def w4a16_triton(x: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
             raise ValueError("the GEMV route takes at most 16 rows")
         cfg = dict(config or (INTERPRET_GEMV if arch == "cpu" else _family_config(GEMV_CONFIGS, arch)))
         block_m = 1 if m == 1 else 16
-        bk, bn = gemv_block_k(cfg["BLOCK_K"], w.group_size, k, block_m), cfg["BLOCK_N"]
+        bk = gemv_block_k(cfg["BLOCK_K"], w.group_size, k, block_m)
+        bn = cfg["BLOCK_N"] if block_m == 1 else cfg.get("BLOCK_N_DOT", cfg["BLOCK_N"])
         n_tiles, k_tiles = triton.cdiv(n, bn), triton.cdiv(k, bk)
         split, per = _split(k_tiles, n_tiles, cfg, x.device)
         even = k % bk == 0 and k_tiles % split == 0 and n % bn == 0
@@ -543,7 +540,8 @@ def _gemv_spec(block_m: int, split: int, zeros: bool, perm: bool, archs: tuple[s
         name=f"w4a16_gemv[m{block_m},g{group},split{split},{tag}]",
         kernel=_w4a16_gemv_kernel,
         signature=sig,
-        constexprs={"GROUP_SIZE": group, "BLOCK_M": block_m, "BLOCK_N": cfg0["BLOCK_N"],
+        constexprs={"GROUP_SIZE": group, "BLOCK_M": block_m,
+                    "BLOCK_N": cfg0["BLOCK_N"] if block_m == 1 else cfg0.get("BLOCK_N_DOT", cfg0["BLOCK_N"]),
                     "BLOCK_K": gemv_block_k(cfg0["BLOCK_K"], group, 1 << 30, block_m), "SPLIT": split > 1, "HAS_ZEROS": zeros, "HAS_PERM": perm,
                     "HAS_BIAS": False, "ATOMIC": cfg0["ATOMIC"] and split > 1, "EVEN": True},
         options=options,
