@@ -18,8 +18,9 @@ from ..kernels.w4a16 import W4A16Weight, dequantize_gptq, prepare_gptq_weight, w
 class QuantLinear(nn.Module):
     """Drop-in replacement for `nn.Linear` holding a GPTQ-quantized weight.
 
-    The repacked kernel weight (`W4A16Weight`) is built on the first forward on a device and cached;
-    `load_state_dict`, `.to()` and `_apply` invalidate the cache.
+    The repacked kernel weight (`W4A16Weight`) is built on the first forward on a device and cached.
+    float32 activations (CPU evaluation) use a cached dense dequantized copy, which costs the memory
+    of an unquantized layer. `load_state_dict`, `.to()` and `_apply` invalidate both caches.
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class QuantLinear(nn.Module):
         else:
             self.bias = None
         self._prepared: W4A16Weight | None = None
+        self._dense: torch.Tensor | None = None
         self.register_load_state_dict_post_hook(lambda module, keys: module.invalidate())
 
     @classmethod
@@ -81,11 +83,12 @@ class QuantLinear(nn.Module):
         return layer
 
     def invalidate(self) -> None:
-        """Drop the cached kernel weight (after the buffers changed or moved)."""
+        """Drop the cached kernel weight and dense copy (after the buffers changed or moved)."""
         self._prepared = None
+        self._dense = None
 
     def _apply(self, fn, recurse: bool = True):  # noqa: ANN001 - torch's signature
-        self._prepared = None
+        self.invalidate()
         return super()._apply(fn, recurse)
 
     def kernel_weight(self) -> W4A16Weight:
@@ -104,9 +107,10 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype in (torch.float16, torch.bfloat16):
             return w4a16_matmul(x, self.kernel_weight(), self.bias)
-        # float32 activations (CPU runs in fp32 by default): dequantize and use a plain matmul
-        w = self.kernel_weight().dequantize().to(x.dtype)
-        out = x @ w
+        # float32 activations (the CPU default): dequantize once, keep the dense [K, N] copy, plain matmul
+        if self._dense is None or self._dense.dtype != x.dtype or self._dense.device != x.device:
+            self._dense = self.kernel_weight().dequantize().to(device=x.device, dtype=x.dtype)
+        out = x @ self._dense
         if self.bias is not None:
             out = out + self.bias.to(x.dtype)
         return out
