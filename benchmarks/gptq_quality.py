@@ -48,8 +48,9 @@ def _gptqmodel(path, samples, cfg_kwargs, out_dir):
 
     from optimum_amdx.quantization import load_gptq_model
 
+    extra = {"act_group_aware": cfg_kwargs["act_group_aware"]} if "act_group_aware" in cfg_kwargs else {}
     qc = QuantizeConfig(bits=cfg_kwargs["bits"], group_size=cfg_kwargs["group_size"], desc_act=cfg_kwargs["desc_act"],
-                        sym=cfg_kwargs["sym"], damp_percent=cfg_kwargs["damp_percent"])
+                        sym=cfg_kwargs["sym"], damp_percent=cfg_kwargs["damp_percent"], **extra)
     model = GPTQModel.load(str(path), qc, dtype=torch.float32)
     start = time.perf_counter()
     model.quantize([{"input_ids": s, "attention_mask": torch.ones_like(s)} for s in samples], batch_size=1)
@@ -65,8 +66,8 @@ def main() -> None:
     parser.add_argument("--seqlen", type=int, default=512)
     parser.add_argument("--eval-seqlen", type=int, default=512)
     parser.add_argument("--damp-percent", type=float, default=0.05)
-    parser.add_argument("--variants", default="fp,rtn,gptq,gptq-gar,gptq-desc,peer,peer-desc",
-                        help="comma list of fp, rtn, gptq, gptq-gar, gptq-desc (ours), peer, peer-desc (GPT-QModel)")
+    parser.add_argument("--variants", default="fp,rtn,gptq,gptq-gar,gptq-desc,peer,peer-plain,peer-desc",
+                        help="comma list of fp, rtn, gptq, gptq-gar, gptq-desc (ours), peer, peer-plain, peer-desc (GPT-QModel)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
 
@@ -93,7 +94,9 @@ def main() -> None:
         runs = [("rtn", "RTN 4-bit g128 (ours)", "rtn", base), ("gptq", "GPTQ 4-bit g128 (ours)", "gptq", base),
                 ("gptq-gar", "GPTQ 4-bit g128 act_group_aware (ours)", "gptq", {**base, "act_group_aware": True}),
                 ("gptq-desc", "GPTQ 4-bit g128 desc_act (ours)", "gptq", desc),
-                ("peer", "GPTQ 4-bit g128 (GPT-QModel 7.6.0)", "peer", base),
+                ("peer", "GPTQ 4-bit g128 (GPT-QModel 7.6.0, its default act_group_aware)", "peer", base),
+                ("peer-plain", "GPTQ 4-bit g128 act_group_aware off (GPT-QModel 7.6.0)", "peer",
+                 {**base, "act_group_aware": False}),
                 ("peer-desc", "GPTQ 4-bit g128 desc_act (GPT-QModel 7.6.0)", "peer", desc)]
         for key, name, method, kw in runs:
             if key not in wanted:
