@@ -225,7 +225,8 @@ def _run(spec: BenchmarkSpec, device: str, log: Callable[[str], None]) -> dict[s
     from .ceilings import ceilings, environment
 
     if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))  # events and memory stats follow the current device
+        index = torch.device(device).index
+        torch.cuda.set_device(torch.cuda.current_device() if index is None else index)  # events/memory follow it
     env = environment(device)
     tune_state = tunableop.enable(device, env["arch"], spec.tunable_op_dir) if spec.tunable_op else None
     table = backend_table(device)
