@@ -91,9 +91,10 @@ def main() -> None:
     desc = {**base, "desc_act": True}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        runs = [("rtn", "RTN 4-bit g128 (ours)", "rtn", base), ("gptq", "GPTQ 4-bit g128 (ours)", "gptq", base),
-                ("gptq-gar", "GPTQ 4-bit g128 act_group_aware (ours)", "gptq", {**base, "act_group_aware": True}),
-                ("gptq-desc", "GPTQ 4-bit g128 desc_act (ours)", "gptq", desc),
+        runs = [("rtn", "RTN 4-bit g128 (ours)", "rtn", base),
+                ("gptq", "GPTQ 4-bit g128 act_group_aware off (ours)", "gptq", {**base, "act_group_aware": False}),
+                ("gptq-gar", "GPTQ 4-bit g128 act_group_aware (ours, default)", "gptq", {**base, "act_group_aware": True}),
+                ("gptq-desc", "GPTQ 4-bit g128 desc_act (ours)", "gptq", {**desc, "act_group_aware": False}),
                 ("peer", "GPTQ 4-bit g128 (GPT-QModel 7.6.0, its default act_group_aware)", "peer", base),
                 ("peer-plain", "GPTQ 4-bit g128 act_group_aware off (GPT-QModel 7.6.0)", "peer",
                  {**base, "act_group_aware": False}),

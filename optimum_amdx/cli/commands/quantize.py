@@ -31,8 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gptq.add_argument("--desc-act", action="store_true", help="act-order: quantize columns by decreasing Hessian diagonal")
     gptq.add_argument("--damp-percent", type=float, default=0.01, help="Hessian dampening, fraction of its mean diagonal")
     gptq.add_argument("--no-true-sequential", action="store_true", help="collect all Hessians of a block in one pass")
-    gptq.add_argument("--act-group-aware", action="store_true",
-                      help="without --desc-act: solve groups by Hessian importance, storage stays in order")
+    gptq.add_argument("--no-act-group-aware", action="store_true",
+                      help="plain column order (default without --desc-act: solve groups by Hessian importance, "
+                           "storage stays in order)")
     gptq.add_argument("--static-groups", action="store_true", help="group scales from the original weights (before updates)")
     gptq.add_argument("--dataset", default="pydoc",
                       help="pydoc (offline default), wikitext2, c4 (online), or a .txt/.json/.jsonl/.parquet/.csv file")
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if method == "gptq":
         cfg = GPTQConfig(**common, desc_act=args.desc_act, damp_percent=args.damp_percent,
                          true_sequential=not args.no_true_sequential, static_groups=args.static_groups,
-                         act_group_aware=args.act_group_aware,
+                         act_group_aware=not args.no_act_group_aware,
                          dataset=args.dataset, n_samples=args.samples, seqlen=args.seqlen, seed=args.seed)
     else:
         cfg = GPTQConfig(**common)
