@@ -39,6 +39,9 @@ def test_quantize_save_reload_generate(tmp_path, tokenizer, calib):
 
     reloaded = load_gptq_model(out, "cpu", torch.float32)
     torch.testing.assert_close(reloaded(ids).logits, logits, rtol=0, atol=1e-5)
+    model.save_pretrained(tmp_path / "hf")  # plain transformers saving writes the same standard tensors
+    torch.testing.assert_close(load_gptq_model(tmp_path / "hf", "cpu", torch.float32)(ids).logits, logits,
+                               rtol=0, atol=1e-5)
     gen_a = model.generate(ids, max_new_tokens=8, do_sample=False)
     gen_b = reloaded.generate(ids, max_new_tokens=8, do_sample=False)
     assert torch.equal(gen_a, gen_b) and gen_a.shape[1] == 32
@@ -63,13 +66,18 @@ def test_sharded_save_with_bias_and_v2_format(tmp_path, tokenizer, calib):
     torch.testing.assert_close(reloaded(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
 
 
-def test_rtn_and_fp16_kernel_path(tmp_path, tokenizer):
+@pytest.mark.parametrize("bits", [3, 4])
+def test_rtn_and_fp16_kernel_path(tmp_path, tokenizer, bits):
     model = make_llama()
-    GPTQQuantizer(GPTQConfig(bits=4, group_size=64), method="rtn", verbose=False).quantize(model)
+    GPTQQuantizer(GPTQConfig(bits=bits, group_size=64), method="rtn", verbose=False).quantize(model)
     layer = model.model.layers[0].mlp.down_proj
     x = torch.randn(3, layer.in_features, generator=torch.Generator().manual_seed(4)).half()
     expected = (x.float() @ layer.dequantize().t()).half()
     torch.testing.assert_close(layer(x), expected, rtol=1e-3, atol=1e-3)
+    out = GPTQQuantizer().save_pretrained(model, tmp_path / "rtn")
+    reloaded = load_gptq_model(out, "cpu", torch.float32)
+    ids = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(reloaded(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
 
 
 def test_bad_inputs(tmp_path, tokenizer, calib, tiny_dir):
