@@ -117,6 +117,12 @@ def test_cli_quantize_and_eval_ppl(tmp_path, tiny_dir, capsys):
     assert "not empty" in capsys.readouterr().err
     assert main(["quantize", "gptq", "--model", str(tiny_dir), "--bits", "5", str(tmp_path / "x")]) == 2
     assert "bits=5" in capsys.readouterr().err
+    from transformers import BertConfig, BertModel
+
+    BertModel(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64)).save_pretrained(tmp_path / "bert")
+    assert main(["quantize", "rtn", "--model", str(tmp_path / "bert"), str(tmp_path / "y")]) == 2
+    assert "ForCausalLM" in capsys.readouterr().err and not (tmp_path / "y").exists()
     rc = main(["eval-ppl", "--model", str(out), "--dataset", str(text), "--seqlen", "64", "--device", "cpu", "--json"])
     assert rc == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

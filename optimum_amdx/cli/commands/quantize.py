@@ -44,9 +44,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _common(rtn)
 
 
+def _check_causal(path) -> None:  # noqa: ANN001 - a Path
+    """Refuse a non-causal model from its config.json, before loading any weights."""
+    from ...errors import UnsupportedModelError
+
+    archs = json.loads((path / "config.json").read_text()).get("architectures") or []
+    if archs and not any(a.endswith("ForCausalLM") for a in archs):
+        raise UnsupportedModelError(
+            f"{path.name} is a {', '.join(archs)}; GPTQ quantizes decoder-only causal language models "
+            "(architectures ending in ForCausalLM)."
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from ...io import check_output_dir
-    from ...models import default_device, load_causal_lm, load_tokenizer, parse_dtype
+    from ...models import default_device, load_causal_lm, load_tokenizer, parse_dtype, resolve_model
     from ...quantization import GPTQConfig, GPTQQuantizer
 
     check_output_dir(args.output, args.overwrite)
@@ -60,8 +72,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         cfg = GPTQConfig(**common)
     device = args.device or default_device()
-    tokenizer = load_tokenizer(args.model)
-    model = load_causal_lm(args.model, dtype=parse_dtype(args.dtype, device), device="cpu")
+    path = resolve_model(args.model)
+    _check_causal(path)
+    tokenizer = load_tokenizer(path)
+    model = load_causal_lm(path, dtype=parse_dtype(args.dtype, device), device="cpu")
     quantizer = GPTQQuantizer(cfg, method=method, device=device, verbose=not args.json)
     quantizer.quantize(model, tokenizer)
     out = quantizer.save_pretrained(model, args.output, tokenizer, max_shard_size=args.max_shard_size,
