@@ -142,8 +142,10 @@ def load_gptq_model(path: str | os.PathLike, device: str | torch.device = "cpu",
             raise InvalidArgumentError(f"The checkpoint quantizes {name!r}, which {type(model).__name__} does not have.") from err
         if not isinstance(linear, torch.nn.Linear):
             raise InvalidArgumentError(f"The checkpoint quantizes {name!r}, which is a {type(linear).__name__}, not a Linear.")
+        # AutoGPTQ-era checkpoints store a (zero) bias for every quantized linear, even bias-free ones
+        has_bias = linear.bias is not None or f"{name}.bias" in keys
         set_submodule(model, name, QuantLinear(
-            linear.in_features, linear.out_features, linear.bias is not None, gcfg.bits, gcfg.group_size,
+            linear.in_features, linear.out_features, has_bias, gcfg.bits, gcfg.group_size,
             gcfg.checkpoint_format, dtype, "meta",
         ))
 

@@ -127,3 +127,17 @@ def test_cli_quantize_and_eval_ppl(tmp_path, tiny_dir, capsys):
     assert rc == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["gptq"] is True and 1.0 < result["perplexity"] < 1000
+
+
+def test_autogptq_style_zero_bias_loads(tmp_path, tokenizer, calib):
+    from safetensors.torch import load_file, save_file
+
+    model, quantizer, _ = _quantize(calib, tokenizer)
+    out = quantizer.save_pretrained(model, tmp_path / "q")
+    tensors = load_file(str(out / "model.safetensors"))
+    for key in [k for k in tensors if k.endswith(".qweight")]:
+        tensors[key[: -len("qweight")] + "bias"] = torch.zeros(tensors[key].shape[1], dtype=torch.float16)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    reloaded = load_gptq_model(out, "cpu", torch.float32)
+    ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(9))
+    torch.testing.assert_close(reloaded(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
