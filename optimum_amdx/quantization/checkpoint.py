@@ -157,7 +157,13 @@ def load_gptq_model(path: str | os.PathLike, device: str | torch.device = "cpu",
                 state[k] = t.to(dtype) if t.is_floating_point() and not k.endswith(".scales") else t
     for name in quantized:
         state.setdefault(f"{name}.g_idx", _default_g_idx(model.get_submodule(name)))
-    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    except RuntimeError as err:
+        raise InvalidArgumentError(
+            f"The tensors in {folder} do not match its quantization_config (bits={gcfg.bits}, group_size="
+            f"{gcfg.group_size}); per-module overrides (GPT-QModel 'dynamic') are not supported. {err}"
+        ) from err
     tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
     missing = [k for k in missing if k not in tied]
     if missing:
