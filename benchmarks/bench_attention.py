@@ -21,6 +21,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
+
 
 def time_ms(fn: Callable[[], Any], reps: int = 30, warmup: int = 5) -> float:
     """Median milliseconds of `fn` over `reps` runs timed with device events."""
@@ -53,20 +55,6 @@ def graph_time_ms(fn: Callable[[], Any], reps: int = 30, calls: int = 10) -> flo
     return time_ms(graph.replay, reps=reps) / calls
 
 
-def copy_bandwidth(nbytes: int = 2 << 30) -> float:
-    """Bytes read + written per second by a device-to-device copy of `nbytes`."""
-    src = torch.randn(nbytes // 4, device="cuda")
-    dst = torch.empty_like(src)
-    ms = time_ms(lambda: dst.copy_(src), reps=20)
-    return 2 * nbytes / (ms * 1e-3)
-
-
-def matmul_rate(n: int = 8192) -> float:
-    """fp16 matmul FLOP/s at n x n x n."""
-    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    ms = time_ms(lambda: a @ b, reps=20)
-    return 2 * n**3 / (ms * 1e-3)
 
 
 def decode_inputs(num_seqs: int, ctx: int, heads: int, kv_heads: int, head_dim: int, block_size: int = 16) -> dict:
@@ -261,8 +249,8 @@ def main() -> int:
         return 2
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
-    copy_bw = copy_bandwidth()
-    mm = matmul_rate()
+    copy_bw = measure_copy_bandwidth("cuda")
+    mm = measure_matmul_flops("cuda", torch.float16)
     print(f"device: {props.name}  copy {copy_bw/1e12:.2f} TB/s (read+write)  fp16 matmul {mm/1e12:.0f} TF/s")
     rows = bench_decode("decode 32 seqs x 4096, 32/8 heads", 32, 4096, copy_bw, args.sweep)
     rows += bench_decode("decode 4 seqs x 16384, 32/8 heads", 4, 16384, copy_bw, args.sweep)

@@ -16,7 +16,8 @@ from typing import Any, Optional
 
 import torch
 
-from bench_w4a16 import copy_bandwidth, events_ms, graphed_ms
+from bench_w4a16 import events_ms, graphed_ms
+from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth
 from optimum_amdx.kernels.rmsnorm import rms_norm, rms_norm_reference
 from optimum_amdx.kernels.rotary import rotary_embedding_, rotary_embedding_reference
 
@@ -68,7 +69,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("bench_norm_rotary needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
     torch.manual_seed(0)
-    copy_bw = copy_bandwidth()
+    copy_bw = measure_copy_bandwidth("cuda")
     rows = [norm_case(t, h, res, copy_bw) for t, h in ((4096, 4096), (16384, 4096), (32768, 8192)) for res in (False, True)]
     rows += [decode_norm_case(b, 4096, copy_bw) for b in (1, 32)]
     rows += [rotary_case(t, 32, 8, 128, il, copy_bw) for t in (4096, 32768) for il in (False, True)]

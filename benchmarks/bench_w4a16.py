@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.kernels._w4a16_triton import (
     GEMM_CONFIGS,
     GEMV_CONFIGS,
@@ -71,18 +72,6 @@ def graphed_ms(calls: list[Callable[[], Any]], reps: int = 20) -> float:
     return events_ms(graph.replay, reps=reps) / len(calls)
 
 
-def copy_bandwidth(nbytes: int = 2 << 30) -> float:
-    """Bytes read + written per second of a device-to-device copy."""
-    src = torch.randn(nbytes // 4, device="cuda")
-    dst = torch.empty_like(src)
-    return 2 * nbytes / (events_ms(lambda: dst.copy_(src), reps=15) * 1e-3)
-
-
-def matmul_rate(n: int = 8192) -> float:
-    """fp16 matmul FLOP/s at n x n x n."""
-    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    return 2 * n**3 / (events_ms(lambda: a @ b, reps=15) * 1e-3)
 
 
 def random_gptq(k: int, n: int, group: int, act_order: bool, seed: int) -> W4A16Weight:
@@ -232,7 +221,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     torch.manual_seed(0)
     arch = device_arch()
-    copy_bw, mm_rate = copy_bandwidth(), matmul_rate()
+    copy_bw, mm_rate = measure_copy_bandwidth("cuda"), measure_matmul_flops("cuda", torch.float16)
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name(), "arch": arch, "copy_GB_s": copy_bw / 1e9, "matmul_TFLOP_s": mm_rate / 1e12,
         "gemv_config": _family_config(GEMV_CONFIGS, arch), "gemm_config": _family_config(GEMM_CONFIGS, arch),

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import torch
 
+from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
+
 
 class TimingStreamer:
     """TextStreamer-compatible put()/end() that timestamps each token (put receives host tensors)."""
@@ -46,34 +48,6 @@ class TimingStreamer:
         return ttft, tpot
 
 
-def copy_bandwidth(device: torch.device, nbytes: int = 2 << 30) -> float:
-    """Bytes read + written per second by a device-to-device copy, median of 20."""
-    src = torch.randn(nbytes // 2, dtype=torch.float16, device=device)
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(25):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3)
-    del src, dst
-    return 2 * nbytes / statistics.median(times[5:])
-
-
-def matmul_rate(device: torch.device, n: int = 8192) -> float:
-    a = torch.randn(n, n, dtype=torch.float16, device=device)
-    b = torch.randn(n, n, dtype=torch.float16, device=device)
-    times = []
-    for _ in range(12):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        a @ b
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3)
-    return 2 * n**3 / statistics.median(times[3:])
 
 
 def make_prompts(n: int, lo: int, hi: int, vocab: int, seed: int) -> list[list[int]]:
@@ -282,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda")
     results: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "shape": args.shape,
                                "torch": torch.__version__, "hip": torch.version.hip}
-    results["copy_bw_Bps"] = copy_bandwidth(device)
-    results["matmul_flops"] = matmul_rate(device)
+    results["copy_bw_Bps"] = measure_copy_bandwidth(str(device))
+    results["matmul_flops"] = measure_matmul_flops(str(device), torch.float16)
     config = shape_config(args.shape)
     torch.manual_seed(0)
     with torch.device(device):

@@ -19,25 +19,13 @@ from pathlib import Path
 
 import torch
 
+from optimum_amdx.benchmark.ceilings import measure_matmul_flops
+
 
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
 
-
-def _matmul_rate(dtype: torch.dtype, device: str, n: int = 8192, reps: int = 10) -> float:
-    if device != "cuda":
-        n, reps = 512, 3
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    _sync(device)
-    start = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    _sync(device)
-    return 2 * n**3 * reps / (time.perf_counter() - start)
 
 
 def _kernel_check(model, device: str) -> list[dict]:
@@ -90,8 +78,8 @@ def main() -> None:
     hessian_flops = n_layers * 2 * tokens * (3 * hidden**2 + inter**2)
     forward_passes = 5  # 4 true-sequential steps (q/k/v, o, gate/up, down) + 1 output pass per block
     forward_flops = n_layers * forward_passes * 2 * tokens * layer_params
-    fp32_rate = _matmul_rate(torch.float32, dev)
-    fp16_rate = _matmul_rate(torch.float16, dev)
+    fp32_rate = measure_matmul_flops(dev, torch.float32)
+    fp16_rate = measure_matmul_flops(dev, torch.float16)
     floor_s = hessian_flops / fp32_rate + forward_flops / fp16_rate
     print(f"device {device_name}; matmul fp32 {fp32_rate / 1e12:.1f} TF/s, fp16 {fp16_rate / 1e12:.1f} TF/s")
     print(f"floor: Hessians {hessian_flops / 1e15:.2f} PFLOP fp32 -> {hessian_flops / fp32_rate:.0f} s; "

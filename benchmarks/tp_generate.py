@@ -27,6 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def _copy_bandwidth_tbs() -> float | None:
+    """Measured device-to-device copy on GPU 0 in TB/s (bytes read + written), None without a GPU."""
+    import torch
+
+    from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth
+
+    return measure_copy_bandwidth("cuda") / 1e12 if torch.cuda.is_available() else None
+
+
 def make_model(shape: str, dtype: str, seed: int, out: Path) -> int:
     """Seeded random weights of `shape`, saved as safetensors; returns the parameter count."""
     import torch
@@ -45,30 +54,6 @@ def make_model(shape: str, dtype: str, seed: int, out: Path) -> int:
         torch.cuda.empty_cache()
     return n
 
-
-def copy_bandwidth_tbs() -> float | None:
-    """Measured device-to-device copy on GPU 0: (bytes read + written) / median time, in TB/s."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    src = torch.randn(256 * 1024 * 1024, device="cuda")  # 1 GiB of fp32
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    times = []
-    for _ in range(10):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    times.sort()
-    nbytes = 2 * src.numel() * src.element_size()
-    del src, dst
-    torch.cuda.empty_cache()
-    return nbytes / times[len(times) // 2] / 1e12
 
 
 def run_case(model_dir: Path, tp: int, backend: str, args, workdir: Path) -> dict:
@@ -125,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tp_bench_"))
     model_dir = workdir / f"{args.shape}-{args.dtype}"
     n_params = make_model(args.shape, args.dtype, args.seed, model_dir)
-    bw = copy_bandwidth_tbs()
+    bw = _copy_bandwidth_tbs()
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
     cases = [run_case(model_dir, 1, "none", args, workdir)]

@@ -63,7 +63,6 @@ def _sync(device) -> None:
 
 def load_model(model_dir: str | Path, backend: str, dtype: str):
     """Load `model_dir` on this rank: sharded by `backend` when WORLD_SIZE > 1, whole otherwise."""
-    import torch
     from transformers import AutoModelForCausalLM
 
     if backend not in BACKENDS:

@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import importlib
 import json
-import math
 import os
 import pkgutil
 import re
