@@ -16,6 +16,7 @@ import torch
 
 from ..errors import ExportValidationError, InvalidArgumentError, ModelNotFoundError, UnsupportedModelError
 from ..exporters.convert import METADATA_FILE, ONNX_FILE
+from ..exporters.tasks import check_supported
 from .providers import CPU, GPU_PROVIDERS, choose_provider, provider_options, verify_session
 
 
@@ -132,6 +133,40 @@ class ORTSessionMixin:
                 if item.is_file():
                     shutil.copy2(item, tmp / item.name)
         return target
+
+    def _open_folder(self, model_path: str | os.PathLike) -> Path:
+        """Check an exported folder against this class's task; read its metadata and config."""
+        from transformers import AutoConfig
+
+        folder = Path(model_path).expanduser().resolve()
+        self.metadata = _check_folder(folder, self.task)
+        self.config = AutoConfig.from_pretrained(folder)
+        check_supported(self.config, self.task)
+        return folder
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_id: str | os.PathLike,
+        provider: str | None = None,
+        provider_options: Mapping[str, Any] | None = None,
+        session_options: Any = None,
+        use_io_binding: bool | None = None,
+        export: bool = False,
+        allow_fallback: bool = False,
+        export_kwargs: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        **kwargs: Any,
+    ):
+        """Load an exported folder; with `export=True`, export a PyTorch model (id, folder, `default`) first.
+
+        `provider` is one of MIGraphX, ROCm, CUDA, CPU (full or short name); when None the first
+        available in that order is used. `allow_fallback=True` turns a GPU provider's silent
+        fallback to CPU into a warning instead of an error. Other keyword arguments go to the class
+        (e.g. `use_static_shapes` for the encoders).
+        """
+        folder = cls._resolve_folder(model_id, export, export_kwargs, cache_dir)
+        return cls(folder, provider, provider_options, session_options, use_io_binding, allow_fallback, **kwargs)
 
     @classmethod
     def _resolve_folder(cls, model_id: str | os.PathLike, export: bool, export_kwargs: Mapping[str, Any] | None,

@@ -13,18 +13,17 @@ NumPy arrays that share memory with the torch tensors (no copies on the CPU).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import torch
-from transformers import AutoConfig, DynamicCache, GenerationConfig, GenerationMixin
+from transformers import DynamicCache, GenerationConfig, GenerationMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ..exporters.tasks import TEXT_GENERATION, check_supported
+from ..exporters.tasks import TEXT_GENERATION
 from ..exporters.wrappers import decoder_shape, past_names, present_names
 from .binding import TensorBinder
-from .modeling_base import ORTSessionMixin, _check_folder
+from .modeling_base import ORTSessionMixin
 
 _ORT_TO_TORCH = {"tensor(float)": torch.float32, "tensor(float16)": torch.float16, "tensor(bfloat16)": torch.bfloat16}
 
@@ -49,10 +48,7 @@ class ORTModelForCausalLM(ORTSessionMixin, GenerationMixin):
         use_io_binding: bool | None = None,
         allow_fallback: bool = False,
     ) -> None:
-        folder = Path(model_path).expanduser().resolve()
-        self.metadata = _check_folder(folder, self.task)
-        self.config = AutoConfig.from_pretrained(folder)
-        check_supported(self.config, self.task)
+        folder = self._open_folder(model_path)
         self.generation_config = (
             GenerationConfig.from_pretrained(folder)
             if (folder / "generation_config.json").is_file()
@@ -77,27 +73,6 @@ class ORTModelForCausalLM(ORTSessionMixin, GenerationMixin):
         self.vocab_size = logits_shape[-1] if isinstance(logits_shape[-1], int) else self.config.vocab_size
         self._binder = TensorBinder(self.session, self.provider, self.device_id) if self.use_io_binding else None
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        model_id: str | os.PathLike,
-        provider: str | None = None,
-        provider_options: Mapping[str, Any] | None = None,
-        session_options: Any = None,
-        use_io_binding: bool | None = None,
-        export: bool = False,
-        allow_fallback: bool = False,
-        export_kwargs: Mapping[str, Any] | None = None,
-        cache_dir: str | os.PathLike | None = None,
-    ) -> "ORTModelForCausalLM":
-        """Load an exported folder; with `export=True`, export a PyTorch model (id, folder, `default`) first.
-
-        `provider` is one of MIGraphX, ROCm, CUDA, CPU (full or short name); when None the first
-        available in that order is used. `allow_fallback=True` turns a GPU provider's silent
-        fallback to CPU into a warning instead of an error.
-        """
-        folder = cls._resolve_folder(model_id, export, export_kwargs, cache_dir)
-        return cls(folder, provider, provider_options, session_options, use_io_binding, allow_fallback)
 
     @classmethod
     def can_generate(cls) -> bool:

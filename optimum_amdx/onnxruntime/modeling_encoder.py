@@ -9,18 +9,16 @@ that bucket's fixed-shape graph, and sliced back; padded tokens are masked out.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import torch
-from transformers import AutoConfig
 from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOutput
 
 from ..exporters.static import StaticShapes, bucket_file
-from ..exporters.tasks import FEATURE_EXTRACTION, TEXT_CLASSIFICATION, check_supported
+from ..exporters.tasks import FEATURE_EXTRACTION, TEXT_CLASSIFICATION
 from .binding import TensorBinder
-from .modeling_base import ORTSessionMixin, _check_folder
+from .modeling_base import ORTSessionMixin
 from .providers import MIGRAPHX
 
 
@@ -40,10 +38,7 @@ class _ORTEncoder(ORTSessionMixin):
         allow_fallback: bool = False,
         use_static_shapes: bool | None = None,
     ) -> None:
-        folder = Path(model_path).expanduser().resolve()
-        self.metadata = _check_folder(folder, self.task)
-        self.config = AutoConfig.from_pretrained(folder)
-        check_supported(self.config, self.task)
+        folder = self._open_folder(model_path)
         self._provider_args = (provider, provider_options, session_options, use_io_binding, allow_fallback)
         self._init_session(folder, provider, provider_options, session_options, use_io_binding, allow_fallback)
         meta_shapes = (self.metadata or {}).get("static_shapes")
@@ -61,24 +56,6 @@ class _ORTEncoder(ORTSessionMixin):
         self._bucket_sessions: dict[tuple[int, int], Any] = {}
         self._binder = TensorBinder(self.session, self.provider, self.device_id) if self.use_io_binding else None
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        model_id: str | os.PathLike,
-        provider: str | None = None,
-        provider_options: Mapping[str, Any] | None = None,
-        session_options: Any = None,
-        use_io_binding: bool | None = None,
-        export: bool = False,
-        allow_fallback: bool = False,
-        export_kwargs: Mapping[str, Any] | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        use_static_shapes: bool | None = None,
-    ):
-        """Load an exported folder; with `export=True`, export a PyTorch model (id or folder) first."""
-        folder = cls._resolve_folder(model_id, export, export_kwargs, cache_dir)
-        return cls(folder, provider, provider_options, session_options, use_io_binding, allow_fallback,
-                   use_static_shapes)
 
     @property
     def device(self) -> torch.device:
