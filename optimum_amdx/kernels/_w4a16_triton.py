@@ -345,7 +345,11 @@ def launch_options(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
     return {k: cfg[k] for k in _LAUNCH_KEYS if k in cfg and (amd or k in ("num_warps", "num_stages"))}
 
 
-SMALL_M_GEMM = {"BLOCK_M": 32, "num_warps": 4}
+SMALL_M_GEMM: dict[str, dict[str, Any]] = {
+    # gfx1100 (wave32): 4 warps leave each wave 256 VGPRs of a 32x64 tile and spill 236 bytes; 8 do not.
+    "rdna3": {"BLOCK_M": 32, "num_warps": 8},
+    "default": {"BLOCK_M": 32, "num_warps": 4},
+}
 """Tile for 17..64 rows: a 128/256-row tile would leave most of each matrix instruction idle."""
 
 
@@ -353,7 +357,7 @@ def gemm_config(arch: str, m: int) -> dict[str, Any]:
     """The arch's GEMM config, with the small-M tile below 65 rows."""
     cfg = _family_config(GEMM_CONFIGS, arch)
     if m <= 64:
-        cfg.update(SMALL_M_GEMM)
+        cfg.update(_family_config(SMALL_M_GEMM, arch))
         cfg["num_stages"] = min(cfg["num_stages"], 3)
     return cfg
 

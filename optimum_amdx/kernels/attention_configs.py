@@ -38,9 +38,14 @@ def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: 
         return {"BLOCK_M": block_m, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
     if decode:
         block_m = max(16, next_pow2(num_qpk))
+        if family == "rdna3":
+            # gfx1100 (wave32): with 4 warps the split-K decode body spills 8 bytes; 8 warps do not.
+            cfg = _amd_options(family, 8, 0)
+            cfg.update(BLOCK_M=block_m, BLOCK_N=32)
+            return cfg
         if family in AMD_FAMILIES:
             cfg = _amd_options(family, 4, 2)
-            cfg.update(BLOCK_M=block_m, BLOCK_N=64 if family != "rdna3" else 32)
+            cfg.update(BLOCK_M=block_m, BLOCK_N=64)
             return cfg
         # H200 sweep: 128-key tiles, 2 stages reach ~98% of copy bandwidth at 32 seqs x 4096.
         return {"BLOCK_M": block_m, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
