@@ -76,7 +76,7 @@ def decode_inputs(num_seqs: int, ctx: int, heads: int, kv_heads: int, head_dim: 
 
 def bench_decode(name: str, num_seqs: int, ctx: int, copy_bw: float, sweep: bool) -> list[dict]:
     from optimum_amdx.kernels.paged_attention import unified_attention
-    from optimum_amdx.kernels.paged_attention_triton import unified_attention_triton
+    from optimum_amdx.kernels._paged_attention_triton import unified_attention_triton
     from optimum_amdx.kernels.runtime import arch_family, device_arch
 
     heads, kv_heads, head_dim = 32, 8, 128
@@ -131,7 +131,7 @@ def bench_prefill(copy_bw: float, mm_rate: float, sweep: bool, batch: int = 8, h
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from optimum_amdx.kernels.flash_attention import flash_attention
-    from optimum_amdx.kernels.flash_attention_triton import flash_attention_triton
+    from optimum_amdx.kernels._flash_attention_triton import flash_attention_triton
     from optimum_amdx.kernels.runtime import arch_family, device_arch
 
     q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.float16) for _ in range(3))
@@ -180,7 +180,7 @@ def bench_paged_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flops
                         mm_rate: float, sweep: bool) -> list[dict]:
     """The same causal prefill through unified_attention, with K/V in a paged cache (block size 16)."""
     from optimum_amdx.kernels.paged_attention import unified_attention
-    from optimum_amdx.kernels.paged_attention_triton import unified_attention_triton
+    from optimum_amdx.kernels._paged_attention_triton import unified_attention_triton
     from optimum_amdx.kernels.runtime import arch_family, device_arch
 
     batch, heads, seq, head_dim = q.shape

@@ -5,23 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import InvalidArgumentError
-
-# gfx target -> (family, wave size, LDS KiB per CU), from AMD's ISA documentation.
-GFX_FACTS: dict[str, tuple[str, int, int]] = {
-    "gfx908": ("CDNA1", 64, 64),
-    "gfx90a": ("CDNA2", 64, 64),
-    "gfx940": ("CDNA3", 64, 64),
-    "gfx941": ("CDNA3", 64, 64),
-    "gfx942": ("CDNA3", 64, 64),
-    "gfx950": ("CDNA4", 64, 160),
-    "gfx1030": ("RDNA2", 32, 64),
-    "gfx1100": ("RDNA3", 32, 64),
-    "gfx1101": ("RDNA3", 32, 64),
-    "gfx1102": ("RDNA3", 32, 64),
-    "gfx1151": ("RDNA3.5", 32, 64),
-    "gfx1200": ("RDNA4", 32, 64),
-    "gfx1201": ("RDNA4", 32, 64),
-}
+from .gpu_facts import arch_facts
 
 
 @dataclass(frozen=True)
@@ -35,17 +19,16 @@ class GPUArch:
     @property
     def family(self) -> str:
         """CDNA2/CDNA3/RDNA3/... for AMD, "Hopper"/"Ampere"/... for NVIDIA, "unknown" otherwise."""
-        if self.vendor == "amd":
-            return GFX_FACTS.get(self.name, ("unknown", 0, 0))[0]
-        return {"sm_80": "Ampere", "sm_86": "Ampere", "sm_89": "Ada", "sm_90": "Hopper", "sm_100": "Blackwell"}.get(
-            self.name, "unknown")
+        facts = arch_facts(self.name)
+        return facts.family if facts else "unknown"
 
     @property
     def wave_size(self) -> int | None:
         """Threads per wavefront (64 on CDNA, 32 on RDNA and NVIDIA), None if unknown."""
         if self.vendor == "nvidia":
             return 32
-        return GFX_FACTS.get(self.name, (None, None, None))[1]
+        facts = arch_facts(self.name)
+        return facts.wave_size if facts else None
 
 
 def parse_gcn_arch(text: str) -> GPUArch:

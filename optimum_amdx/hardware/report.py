@@ -84,7 +84,11 @@ def find_problems(report: dict) -> list[Problem]:
         problems.append(Problem(
             "warning", "Triton is not installed: our GPU kernels fall back to slower PyTorch code.",
             "pip install 'optimum-amdx[kernels]' (ROCm PyTorch wheels bring pytorch-triton-rocm)."))
-    elif gpus and triton.get("target") is None:
+    elif triton.get("validated") is False:
+        problems.append(Problem(
+            "warning", f"Triton {triton.get('version')} is outside the range our kernels are validated on "
+            f"({triton.get('range')}).", triton.get("fix") or ""))
+    if triton.get("installed") and gpus and triton.get("target") is None:
         problems.append(Problem(
             "error", f"Triton cannot target the GPU: {triton.get('error', 'unknown reason')}",
             "Install the Triton that matches your PyTorch (pytorch-triton-rocm for ROCm PyTorch)."))
@@ -124,7 +128,7 @@ def format_report(report: dict) -> str:
         prof = g["profile"]
         prof_text = "unknown (no profile)" if prof == "unknown" else (
             f"{prof['name']}: {prof['bandwidth_tbs']} TB/s, {prof['fp16_tflops']} TF fp16, wave {prof['wave_size']}, "
-            f"LDS {prof['lds_kib']} KiB")
+            f"LDS {prof['lds_workgroup_kib']} KiB per workgroup")
         rows.append((f"GPU {g['index']}", f"{g['name']} | {g['arch']} ({g['family']}) | {g['memory_gib']} GiB | {prof_text}"))
     for v in report["visible_devices"]:
         rows.append((v["name"], v["value"] if v["value"] is not None else "(unset)"))
@@ -145,7 +149,8 @@ def format_report(report: dict) -> str:
     if tri.get("installed"):
         target = tri.get("target")
         where = f"{target['backend']} {target['arch']}" if target else tri.get("note", tri.get("error", "no GPU target"))
-        rows.append(("triton", f"{tri.get('version', '?')} | target: {where}"))
+        valid = {True: "yes", False: "NO", None: "unknown"}[tri.get("validated")]
+        rows.append(("triton", f"{tri.get('version', '?')} | validated ({tri.get('range', '?')}): {valid} | target: {where}"))
     else:
         rows.append(("triton", "not installed"))
     width = max(len(k) for k, _ in rows)

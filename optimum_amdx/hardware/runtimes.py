@@ -8,6 +8,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+from .triton_range import triton_validation
+
 ORT_DISTRIBUTIONS = (
     "onnxruntime",
     "onnxruntime-gpu",
@@ -94,7 +96,8 @@ def onnxruntime_info() -> dict:
 
 
 def triton_info() -> dict:
-    """The Triton version, and the GPU target it compiles for (None without a usable GPU)."""
+    """The Triton version, whether it is in the validated range (with the fix if not), and the GPU
+    target it compiles for (None without a usable GPU)."""
     if importlib.util.find_spec("triton") is None:
         return {"installed": False}
     info: dict = {"installed": True}
@@ -108,6 +111,11 @@ def triton_info() -> dict:
                 break
             except md.PackageNotFoundError:
                 continue
+    try:
+        torch_version = md.version("torch")
+    except md.PackageNotFoundError:
+        torch_version = None
+    info.update(triton_validation(info.get("version"), torch_version))
     try:
         import torch
 

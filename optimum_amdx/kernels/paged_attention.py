@@ -2,28 +2,92 @@
 
 `unified_attention` is one kernel family for any number of query tokens per sequence (decode,
 chunked prefill, or a mix in one batch), reading keys and values through a block table.
+
+Front of the op: dispatchers and PyTorch references (no triton import); the kernels, their launch
+configs and AMD compile specs are in `_paged_attention_triton`. The references gather the paged
+KV and reuse the dense reference of `flash_attention`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from typing import Any
-
-from optimum_amdx.kernels.attention_reference import (
-    check_qkv,
-    reshape_and_cache_reference,
-    unified_attention_reference,
-)
+from optimum_amdx.kernels.flash_attention import check_qkv, masked_softmax_attention
 from optimum_amdx.kernels.runtime import arch_family, device_arch, use_triton
 
 __all__ = [
-    "AMD_COMPILE_SPECS",
+    "gather_paged_kv",
     "reshape_and_cache",
     "reshape_and_cache_reference",
     "unified_attention",
     "unified_attention_reference",
 ]
+
+
+def reshape_and_cache_reference(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Write key/value [num_tokens, Hkv, D] into the paged caches [num_blocks, block_size, Hkv, D].
+
+    slot_mapping [num_tokens] holds block_id * block_size + offset; a negative slot is skipped.
+    """
+    block_size = k_cache.shape[1]
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].long()
+    blocks, offsets = slots // block_size, slots % block_size
+    k_cache[blocks, offsets] = key[keep].to(k_cache.dtype)
+    v_cache[blocks, offsets] = value[keep].to(v_cache.dtype)
+
+
+def gather_paged_kv(
+    cache: torch.Tensor, block_table: torch.Tensor, length: int
+) -> torch.Tensor:
+    """The first `length` tokens of one sequence from a paged cache, as [length, Hkv, D]."""
+    block_size = cache.shape[1]
+    num_blocks = (length + block_size - 1) // block_size
+    blocks = cache[block_table[:num_blocks].long()]  # [nb, bs, Hkv, D]
+    return blocks.reshape(-1, cache.shape[2], cache.shape[3])[:length]
+
+
+def unified_attention_reference(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    max_query_len: int,
+    max_seq_len: int,
+    softmax_scale: float | None = None,
+    sliding_window: int | None = None,
+    out: torch.Tensor | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """Causal attention of varlen-packed queries over a paged KV cache (see `unified_attention`).
+
+    max_query_len, max_seq_len and num_splits only size the GPU launch; they do not change the result.
+    """
+    del max_query_len, max_seq_len, num_splits
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    result = out if out is not None else torch.empty_like(q)
+    starts = query_start_loc.tolist()
+    lens = seq_lens.tolist()
+    for s, ctx in enumerate(lens):
+        q0, q1 = starts[s], starts[s + 1]
+        q_len = q1 - q0
+        if q_len == 0:
+            continue
+        k = gather_paged_kv(k_cache, block_tables[s], ctx)
+        v = gather_paged_kv(v_cache, block_tables[s], ctx)
+        positions = torch.arange(ctx - q_len, ctx, device=q.device)
+        result[q0:q1] = masked_softmax_attention(
+            q[q0:q1], k, v, positions, scale, True, sliding_window
+        ).to(result.dtype)
+    return result
 
 
 def reshape_and_cache(
@@ -38,7 +102,7 @@ def reshape_and_cache(
     slot_mapping [num_tokens] (int64) = block_id * block_size + offset; a negative slot is skipped.
     """
     if use_triton(key, value, k_cache, v_cache):
-        from optimum_amdx.kernels.paged_attention_triton import reshape_and_cache_triton
+        from optimum_amdx.kernels._paged_attention_triton import reshape_and_cache_triton
 
         reshape_and_cache_triton(key, value, k_cache, v_cache, slot_mapping, _family(key))
     else:
@@ -74,7 +138,7 @@ def unified_attention(
     """
     check_qkv(q, k_cache, v_cache, kv_head_dim=2)
     if use_triton(q, k_cache, v_cache):
-        from optimum_amdx.kernels.paged_attention_triton import unified_attention_triton
+        from optimum_amdx.kernels._paged_attention_triton import unified_attention_triton
 
         return unified_attention_triton(
             q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
@@ -89,11 +153,3 @@ def unified_attention(
 def _family(t: torch.Tensor) -> str:
     index = t.device.index if t.device.type == "cuda" and t.device.index is not None else 0
     return arch_family(device_arch(index))
-
-
-def __getattr__(name: str) -> Any:
-    if name == "AMD_COMPILE_SPECS":
-        from optimum_amdx.kernels.attention_specs import paged_attention_specs
-
-        return paged_attention_specs()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

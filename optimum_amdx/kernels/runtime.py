@@ -1,7 +1,8 @@
-"""When to run a Triton kernel and which per-architecture configs to pick.
+"""When to run a Triton kernel, on which architecture family, and shared launch-config helpers.
 
 Kernels run through Triton when their tensors live on a GPU, or on the CPU when
 `TRITON_INTERPRET=1` (the interpreter, used by CI). Otherwise callers get the PyTorch reference.
+Imports neither torch nor triton at module level (fronts import this in the core install).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +32,9 @@ def use_triton(*tensors: "torch.Tensor") -> bool:
     if not triton_installed():
         return False
     if interpret_mode():
+        from .triton_compat import fix_interpreter
+
+        fix_interpreter()  # cached: repairs the interpreter defects of this Triton once per process
         return True
     return all(t.is_cuda for t in tensors)
 
@@ -53,30 +57,41 @@ def device_arch(index: int = 0) -> str:
 
 
 def arch_family(arch: str) -> str:
-    """Group an arch into the families our configs are keyed by.
+    """The family launch configs are keyed by, from the GPU fact table (`hardware.gpu_facts`).
 
-    "cdna2" (gfx90a), "cdna3" (gfx940-942), "cdna4" (gfx950), "rdna3" (gfx11xx), "rdna4" (gfx12xx),
-    "hopper" (sm_90), "nvidia" (other sm_XY), "cpu" (interpreter or no GPU), else "unknown".
+    "cdna2" (gfx90a), "cdna3" (gfx940-942), "cdna4" (gfx950), "rdna3" (gfx110x/115x), "rdna4" (gfx12xx),
+    "hopper" (sm_90), "nvidia" (other known sm_XY), "cpu" (interpreter or no GPU), "unknown" otherwise
+    (an unknown sm_XY is still "nvidia": every NVIDIA GPU is wave32 and takes the NVIDIA defaults).
     """
+    from optimum_amdx.hardware.gpu_facts import arch_facts
+
     if arch == "cpu":
         return "cpu"
-    if arch == "gfx90a":
-        return "cdna2"
-    if arch in ("gfx940", "gfx941", "gfx942"):
-        return "cdna3"
-    if arch == "gfx950":
-        return "cdna4"
-    if arch.startswith("gfx11"):
-        return "rdna3"
-    if arch.startswith("gfx12"):
-        return "rdna4"
-    if arch == "sm_90":
-        return "hopper"
-    if arch.startswith("sm_"):
-        return "nvidia"
-    return "unknown"
+    facts = arch_facts(arch)
+    if facts is not None:
+        return facts.tuning_family
+    return "nvidia" if arch.startswith("sm_") else "unknown"
 
 
-def is_amd_arch(arch: str) -> bool:
-    """True for a gfx target."""
-    return arch.startswith("gfx")
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (and >= 1)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+LAUNCH_OPTION_KEYS = frozenset({"num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack"})
+"""Keys of a launch config that are compile options rather than constexpr tile sizes."""
+
+
+def amd_launch_options(family: str, num_warps: int, waves_per_eu: int) -> dict[str, Any]:
+    """Base launch options on AMD: one pipeline stage, and on CDNA `waves_per_eu` + 16x16 MFMA."""
+    opts: dict[str, Any] = {"num_warps": num_warps, "num_stages": 1}
+    if family in ("cdna2", "cdna3", "cdna4"):
+        opts.update(waves_per_eu=waves_per_eu, matrix_instr_nonkdim=16)
+    return opts
+
+
+def split_launch_options(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate a config into (constexpr tile sizes, launch options)."""
+    consts = {k: v for k, v in cfg.items() if k not in LAUNCH_OPTION_KEYS}
+    launch = {k: v for k, v in cfg.items() if k in LAUNCH_OPTION_KEYS}
+    return consts, launch

@@ -71,7 +71,7 @@ def test_unknown_device_has_no_profile():
 
 def test_profiles_match_design_table():
     assert PROFILES["mi300x"].bandwidth_tbs == 5.3 and PROFILES["mi300x"].effective_bandwidth_tbs == 4.1
-    assert PROFILES["mi355x"].lds_kib == 160 and PROFILES["rx7900xtx"].wave_size == 32
+    assert PROFILES["mi355x"].lds_workgroup_kib == 160 and PROFILES["rx7900xtx"].wave_size == 32
     assert PROFILES["h200"].effective_bandwidth_tbs == 4.2
 
 

@@ -229,7 +229,7 @@ def test_gpu_graph_capture_replays_with_new_lengths():
 
 
 def test_split_k_heuristic_only_splits_an_underfilled_gpu():
-    from optimum_amdx.kernels.attention_configs import choose_num_splits
+    from optimum_amdx.kernels._paged_attention_triton import choose_num_splits
 
     # 4 sequences x 8 KV heads on 132 SMs (H200): 32 programs -> 16 splits, 512 programs.
     assert choose_num_splits("hopper", 4, 8, 16384, 1, 132, 128) == 16

@@ -7,13 +7,18 @@ kernel metadata we record, per kernel x arch:
 - VGPRs (``.vgpr_count``: architectural + accumulation registers, the unified file on CDNA),
   AGPRs, SGPRs, scratch bytes per lane (``.private_segment_fixed_size``; non-zero means spills),
   LDS bytes (Triton's shared-memory allocation),
-- waves per SIMD (occupancy), worked out from the arch's register file and LDS (see `occupancy`),
-  beside the figure LLVM itself prints (``; Occupancy:``),
+- waves per SIMD (occupancy), worked out from the arch's register file and LDS (see `occupancy`,
+  limits from `hardware.gpu_facts`), beside the figure LLVM itself prints (``; Occupancy:``),
 - the count of matrix instructions: ``v_mfma`` (CDNA) and ``v_wmma`` (RDNA3).
 
-`python -m optimum_amdx.kernels.amd_compile` prints the table; ``--write`` regenerates the
-committed `AMD_COMPILE_TABLE.md`. Kernel modules are discovered by importing every module of
-`optimum_amdx.kernels` and reading its `AMD_COMPILE_SPECS` list.
+Specs are found as `kernels.compile_spec` says (every `_<op>_triton` module's `AMD_COMPILE_SPECS`).
+Results depend on the Triton version, so there is one committed table per version,
+`compile_tables/triton-<version>.md`; `--write` writes the running Triton's table and regenerates
+`compile_tables/VERSIONS.md`, which lists every row whose figures differ between the committed
+versions, so a change brought by a Triton release is seen in review instead of overwritten.
+
+    python -m optimum_amdx.devtools.amd_compile            # print the table for the running Triton
+    python -m optimum_amdx.devtools.amd_compile --write    # regenerate its table + VERSIONS.md
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ import hashlib
 import importlib
 import json
 import os
-import pkgutil
 import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -31,28 +35,34 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from .compile_spec import AMD_ARCHS, WAVE_SIZE, CompileSpec
+from optimum_amdx.hardware.gpu_facts import ARCHS
+from optimum_amdx.kernels.compile_spec import AMD_ARCHS, WAVE_SIZE, CompileSpec, spec_modules
 
-TABLE_PATH = Path(__file__).with_name("AMD_COMPILE_TABLE.md")
-_SKIP_MODULES = {"amd_compile", "compile_spec", "runtime"}
-
-# Per-SIMD register files and limits (AMD ISA guides / LLVM AMDGPU backend):
-# CDNA2/3/4: 512 VGPRs per lane per SIMD shared by VGPRs and AGPRs, allocated in granules of 8,
-#            at most 8 waves per SIMD, 800 SGPRs per SIMD (granule 16), 4 SIMDs per CU.
-# RDNA3 (gfx1100, wave32): 1536 VGPRs per lane per SIMD, granule 24, at most 16 waves per SIMD,
-#            SGPRs do not limit occupancy; a WGP (the LDS pool in the default WGP mode) has 4 SIMDs.
-ARCH_LIMITS: dict[str, dict[str, int]] = {
-    "gfx90a": {"vgprs": 512, "vgpr_granule": 8, "max_waves": 8, "sgprs": 800, "sgpr_granule": 16,
-               "lds": 64 * 1024, "simds_per_lds": 4},
-    "gfx942": {"vgprs": 512, "vgpr_granule": 8, "max_waves": 8, "sgprs": 800, "sgpr_granule": 16,
-               "lds": 64 * 1024, "simds_per_lds": 4},
-    "gfx950": {"vgprs": 512, "vgpr_granule": 8, "max_waves": 8, "sgprs": 800, "sgpr_granule": 16,
-               "lds": 160 * 1024, "simds_per_lds": 4},
-    "gfx1100": {"vgprs": 1536, "vgpr_granule": 24, "max_waves": 16, "sgprs": 0, "sgpr_granule": 1,
-                "lds": 128 * 1024, "simds_per_lds": 4},
-}
+TABLES_DIR = Path(__file__).with_name("compile_tables")
+VERSIONS_PATH = TABLES_DIR / "VERSIONS.md"
 CDNA_ARCHS = ("gfx90a", "gfx942", "gfx950")
 SPILL_CHECK_ARCHS = ("gfx90a", "gfx942")
+"""Archs where a spill in a hot kernel fails the check; spills on the others are reported only."""
+
+
+def triton_version() -> str:
+    """The running Triton's version, as used in table file names."""
+    import triton
+
+    return re.sub(r"[^0-9A-Za-z.+_-]", "_", triton.__version__)
+
+
+def table_path(version: Optional[str] = None) -> Path:
+    """The committed table of one Triton version (the running one by default)."""
+    return TABLES_DIR / f"triton-{version or triton_version()}.md"
+
+
+def committed_versions() -> list[str]:
+    """Triton versions with a committed table, oldest first."""
+    def order(v: str) -> tuple:
+        return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.+_-]", v))
+
+    return sorted((p.name[len("triton-"):-3] for p in TABLES_DIR.glob("triton-*.md")), key=order)
 
 
 @dataclass
@@ -93,28 +103,24 @@ def occupancy(arch: str, vgprs: int, sgprs: int, lds: int, num_warps: int) -> tu
     """Waves per SIMD and what limits it ("vgpr", "lds", "sgpr" or "max").
 
     waves_vgpr = VGPR file / round_up(vgprs, granule); waves_sgpr likewise for CDNA;
-    waves_lds = (workgroups fitting in the LDS pool) * waves per workgroup / SIMDs sharing the pool.
+    waves_lds = (workgroups fitting in the LDS pool) * waves per workgroup / SIMDs sharing the pool
+    (the pool is a CU on CDNA, a WGP of 4 SIMDs on RDNA3: `ArchFacts.lds_pool_kib`).
     """
-    lim = ARCH_LIMITS[arch]
-    cands = {"max": lim["max_waves"]}
-    cands["vgpr"] = lim["vgprs"] // max(_round_up(max(vgprs, 1), lim["vgpr_granule"]), 1)
-    if lim["sgprs"]:
-        cands["sgpr"] = lim["sgprs"] // max(_round_up(max(sgprs, 1), lim["sgpr_granule"]), 1)
+    f = ARCHS[arch]
+    cands = {"max": f.max_waves_per_simd}
+    cands["vgpr"] = f.vgprs_per_simd // max(_round_up(max(vgprs, 1), f.vgpr_granule), 1)
+    if f.sgprs_per_simd:
+        cands["sgpr"] = f.sgprs_per_simd // max(_round_up(max(sgprs, 1), f.sgpr_granule), 1)
     if lds > 0:
-        cands["lds"] = (lim["lds"] // lds) * num_warps // lim["simds_per_lds"]
+        cands["lds"] = (f.lds_pool_kib * 1024 // lds) * num_warps // f.simds_per_lds_pool
     limiter = min(cands, key=lambda k: (cands[k], k != "max"))
     return max(cands[limiter], 0), limiter
 
 
 def discover_specs() -> list[tuple[str, int, CompileSpec]]:
-    """(module name, index, spec) for every `AMD_COMPILE_SPECS` entry in `optimum_amdx.kernels`."""
-    from optimum_amdx import kernels
-
+    """(module name, index, spec) for every `AMD_COMPILE_SPECS` entry of the `_<op>_triton` modules."""
     found = []
-    for info in sorted(pkgutil.iter_modules(kernels.__path__), key=lambda m: m.name):
-        if info.name in _SKIP_MODULES:
-            continue
-        mod_name = f"optimum_amdx.kernels.{info.name}"
+    for mod_name in spec_modules():
         mod = importlib.import_module(mod_name)
         for i, spec in enumerate(getattr(mod, "AMD_COMPILE_SPECS", []) or []):
             found.append((mod_name, i, spec))
@@ -237,8 +243,16 @@ def violations(results: Iterable[CompileResult]) -> list[str]:
     return bad
 
 
+def notices(results: Iterable[CompileResult]) -> list[str]:
+    """Reported, not refused: spills of hot kernels on the other archs (gfx950, gfx1100)."""
+    return [f"{r.kernel} on {r.arch}: spills {r.scratch} bytes of scratch per lane (reported, not enforced)"
+            for r in results if not r.error and r.hot and r.spills and r.arch not in SPILL_CHECK_ARCHS]
+
+
 COLUMNS = ["kernel", "arch", "VGPRs", "AGPRs", "SGPRs", "scratch B", "LDS B", "waves/SIMD", "limiter",
            "LLVM occ.", "MFMA", "WMMA", "hot", "dot", "key"]
+FIGURES = ["VGPRs", "AGPRs", "SGPRs", "scratch B", "LDS B", "waves/SIMD", "MFMA", "WMMA"]
+"""The columns compared across Triton versions (the key always differs: it hashes the version)."""
 
 
 def _row(r: CompileResult) -> list[str]:
@@ -249,26 +263,33 @@ def _row(r: CompileResult) -> list[str]:
             "yes" if r.hot else "no", "yes" if r.uses_dot else "no", r.key]
 
 
-def render_markdown(results: list[CompileResult]) -> str:
-    """The committed table, with how its numbers were obtained."""
-    import triton
+def _limits_text() -> str:
+    parts = []
+    for arch in AMD_ARCHS:
+        f = ARCHS[arch]
+        sg = f"{f.sgprs_per_simd} SGPRs (granule {f.sgpr_granule})" if f.sgprs_per_simd else "SGPRs not limiting"
+        parts.append(f"{arch} (wave{f.wave_size}): {f.vgprs_per_simd} VGPRs (granule {f.vgpr_granule}), {sg}, "
+                     f"{f.max_waves_per_simd} waves max, {f.lds_pool_kib} KiB LDS shared by {f.simds_per_lds_pool} SIMDs")
+    return "; ".join(parts)
 
+
+def render_markdown(results: list[CompileResult]) -> str:
+    """The committed table of the running Triton, with how its numbers were obtained."""
+    version = triton_version()
     lines = [
-        "# AMD compile table",
+        f"# AMD compile table, Triton {version}",
         "",
-        "Generated by `python -m optimum_amdx.kernels.amd_compile --write` (do not edit by hand); "
-        f"Triton {triton.__version__}, compiled ahead of time on a CPU-only machine for "
-        + ", ".join(AMD_ARCHS) + ". `tests/kernels/test_amd_compile.py` checks it is current.",
+        "Generated by `python -m optimum_amdx.devtools.amd_compile --write` (do not edit by hand) with "
+        f"Triton {version}, compiled ahead of time on a CPU-only machine for " + ", ".join(AMD_ARCHS) + ". "
+        "`tests/kernels/test_amd_compile.py` checks it is current; `VERSIONS.md` beside it lists what differs "
+        "between Triton versions.",
         "",
-        "- VGPRs: `.vgpr_count` (architectural + AGPRs on CDNA, one 512-entry file per lane per SIMD); "
-        "scratch: bytes per lane of private memory (non-zero = register spills); LDS: Triton's shared "
-        "memory per workgroup.",
-        "- waves/SIMD = min(max waves, VGPR file / VGPRs rounded to the allocation granule, SGPR file / "
-        "SGPRs (CDNA), workgroups fitting in LDS x waves per workgroup / SIMDs sharing that LDS). "
-        "CDNA2/3/4: 512 VGPRs (granule 8), 800 SGPRs (granule 16), 8 waves max, 4 SIMDs per CU sharing "
-        "64 KiB LDS (160 KiB on gfx950). gfx1100 (wave32): 1536 VGPRs (granule 24), 16 waves max, "
-        "128 KiB LDS per WGP of 4 SIMDs. `limiter` names the binding limit; `LLVM occ.` is the figure "
-        "LLVM prints (it also honours `waves_per_eu`).",
+        "- VGPRs: `.vgpr_count` (architectural + AGPRs on CDNA); scratch: bytes per lane of private memory "
+        "(non-zero = register spills); LDS: Triton's shared memory per workgroup.",
+        "- waves/SIMD = min(max waves, VGPR file / VGPRs rounded to the allocation granule, SGPR file / SGPRs, "
+        "workgroups fitting in the LDS pool x waves per workgroup / SIMDs sharing it), with limits from "
+        "`hardware/gpu_facts.py`: " + _limits_text() + ". `limiter` names the binding limit; `LLVM occ.` is the "
+        "figure LLVM prints (it also honours `waves_per_eu`).",
         "- MFMA / WMMA: count of `v_mfma*` / `v_wmma*` instructions in the assembly. "
         "`key`: hash of kernel source, signature, constexprs, options, arch and Triton version.",
         "",
@@ -299,27 +320,71 @@ def result_cells(r: CompileResult) -> dict[str, str]:
     return dict(zip(COLUMNS, _row(r)))
 
 
+def render_versions(tables: dict[str, dict[tuple[str, str], dict[str, str]]]) -> str:
+    """`VERSIONS.md`: every (kernel, arch) whose figures differ between the committed Triton versions."""
+    versions = list(tables)
+    every = sorted({k for rows in tables.values() for k in rows}, key=lambda k: (k[0], AMD_ARCHS.index(k[1])))
+
+    def cell(version: str, key: tuple[str, str]) -> str:
+        row = tables[version].get(key)
+        if row is None:
+            return "-"
+        if row["VGPRs"] == "ERROR":
+            return "ERROR"
+        return "/".join(row[c] for c in ("VGPRs", "scratch B", "LDS B", "waves/SIMD")) + (
+            f" m{row['MFMA']}" if row["MFMA"] != "0" else "") + (f" w{row['WMMA']}" if row["WMMA"] != "0" else "")
+
+    differing = [k for k in every if len({tuple(tables[v][k][c] for c in FIGURES) if k in tables[v] else None
+                                          for v in versions}) > 1]
+    lines = [
+        "# AMD compile figures across Triton versions",
+        "",
+        "Generated by `python -m optimum_amdx.devtools.amd_compile --write` from the committed "
+        "`triton-<version>.md` tables (" + ", ".join(versions) + "); review it when a table is added or changes.",
+        f"{len(every) - len(differing)} of {len(every)} kernel x arch rows are identical in every version; "
+        "the rows below differ. Cell: VGPRs/scratch B/LDS B/waves per SIMD, then mN = MFMA and wN = WMMA "
+        "instruction counts; `-` = no such row in that version.",
+        "",
+        "| kernel | arch | " + " | ".join(f"Triton {v}" for v in versions) + " |",
+        "|---|---|" + "---|" * len(versions),
+    ]
+    lines += ["| " + " | ".join([k[0], k[1]] + [cell(v, k) for v in versions]) + " |" for k in differing]
+    return "\n".join(lines) + "\n"
+
+
+def committed_tables() -> dict[str, dict[tuple[str, str], dict[str, str]]]:
+    """Version -> parsed rows, for every committed table, oldest first."""
+    return {v: parse_table(table_path(v).read_text()) for v in committed_versions()}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m optimum_amdx.kernels.amd_compile",
+    parser = argparse.ArgumentParser(prog="python -m optimum_amdx.devtools.amd_compile",
                                      description="Compile every Triton kernel for AMD GPUs ahead of time.")
     parser.add_argument("--arch", action="append", choices=AMD_ARCHS, help="limit to these archs (repeatable)")
     parser.add_argument("--only", help="only kernels whose name contains this text")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="compile processes")
-    parser.add_argument("--write", nargs="?", const=str(TABLE_PATH), default=None,
-                        help=f"write the markdown table (default {TABLE_PATH.name} beside this module)")
+    parser.add_argument("--write", action="store_true",
+                        help="write compile_tables/triton-<running version>.md and regenerate VERSIONS.md")
     parser.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
+    if args.write and (args.arch or args.only):
+        parser.error("--write records every kernel on every arch; drop --arch/--only")
     results = compile_all(args.arch or AMD_ARCHS, jobs=args.jobs, only=args.only)
     text = render_markdown(results)
     print(text)
     if args.write:
-        Path(args.write).write_text(text)
+        TABLES_DIR.mkdir(exist_ok=True)
+        table_path().write_text(text)
+        VERSIONS_PATH.write_text(render_versions(committed_tables()))
+        print(f"wrote {table_path()} and {VERSIONS_PATH}", file=sys.stderr)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps([asdict(r) for r in results], indent=1))
+    for n in notices(results):
+        print(f"NOTICE: {n}", file=sys.stderr)
     bad = violations(results)
     for b in bad:
         print(f"VIOLATION: {b}", file=sys.stderr)
-    print(f"{len(results)} compiles, {len(bad)} violations", file=sys.stderr)
+    print(f"{len(results)} compiles with Triton {triton_version()}, {len(bad)} violations", file=sys.stderr)
     return 1 if bad else 0
 
 

@@ -1,4 +1,8 @@
-"""Triton kernels behind `optimum_amdx.kernels.paged_attention` (imported only when one runs).
+"""Triton kernels, launch configs and AMD compile specs behind `optimum_amdx.kernels.paged_attention`.
+
+Over 400 lines on purpose: the three kernels of the op (KV write, unified attention, split-K
+reduce) share their launch configs and compile specs, which stay beside the code they configure.
+Imported only when a kernel runs (or by the compile check).
 
 Unified attention grid: (query blocks of all sequences, KV heads, key-range splits). A program owns
 BLOCK_Q query tokens of one sequence times the NUM_QPK query heads that share one KV head; those
@@ -14,22 +18,99 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from optimum_amdx.kernels.attention_configs import (
-    choose_num_splits,
+from optimum_amdx.kernels.compile_spec import CompileSpec, grouped_specs
+from optimum_amdx.kernels.runtime import (
+    amd_launch_options,
+    arch_family,
+    interpret_mode,
     next_pow2,
-    reshape_cache_config,
     split_launch_options,
-    split_reduce_config,
-    unified_config,
 )
-from optimum_amdx.kernels.runtime import interpret_mode
 
 LOG2E = 1.4426950408889634
+
+
+# ---- launch configs, keyed by arch family (runtime.arch_family). AMD (CDNA, wave64, 64 KiB LDS per
+# workgroup on gfx90a/gfx942) wants num_stages=1 for attention, `waves_per_eu` to keep two waves per
+# SIMD and `matrix_instr_nonkdim=16` (16x16 MFMA); RDNA3 is wave32 with WMMA and a smaller register
+# budget per tile, so it gets smaller tiles; Hopper gets deeper software pipelining; "cpu" (the
+# interpreter in CI) uses small tiles so tests stay fast.
+
+_AMD_FAMILIES = ("cdna2", "cdna3", "cdna4", "rdna3", "rdna4")
+
+
+def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: int) -> dict[str, Any]:
+    """Tile sizes and launch options for `unified_attention`.
+
+    The M tile packs query heads of one KV head (num_qpk of them) x query tokens, so each KV tile is
+    read once per KV head. Decode-heavy batches (few query tokens per sequence) use a 16-row M tile
+    (the smallest matrix-instruction tile); prefill chunks use larger M tiles for compute efficiency.
+    """
+    decode = max_query_len <= 8
+    if family == "cpu":
+        block_m = max(16, next_pow2(num_qpk)) if decode else max(32, next_pow2(num_qpk))
+        return {"BLOCK_M": block_m, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    if decode:
+        block_m = max(16, next_pow2(num_qpk))
+        if family == "rdna3":
+            # gfx1100 (wave32): with 4 warps the split-K decode body spills 8 bytes; 8 warps do not.
+            cfg = amd_launch_options(family, 8, 0)
+            cfg.update(BLOCK_M=block_m, BLOCK_N=32)
+            return cfg
+        if family in _AMD_FAMILIES:
+            cfg = amd_launch_options(family, 4, 2)
+            cfg.update(BLOCK_M=block_m, BLOCK_N=64)
+            return cfg
+        # H200 sweep: 128-key tiles, 2 stages reach ~98% of copy bandwidth at 32 seqs x 4096.
+        return {"BLOCK_M": block_m, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
+    if family in ("rdna3", "rdna4"):
+        # 32- and 64-key tiles spill to scratch on gfx1100 at d=128; 16-key tiles do not.
+        cfg = amd_launch_options(family, 8, 0)
+        cfg.update(BLOCK_M=max(64, next_pow2(num_qpk)), BLOCK_N=16)
+        return cfg
+    if family in _AMD_FAMILIES:
+        # 8 waves: with 4 waves the two-loop (unmasked + diagonal) body spills on gfx942/gfx90a.
+        cfg = amd_launch_options(family, 8, 2)
+        cfg.update(BLOCK_M=max(128, next_pow2(num_qpk)), BLOCK_N=64)
+        return cfg
+    return {"BLOCK_M": max(64, next_pow2(num_qpk)), "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+
+
+def split_reduce_config(family: str) -> dict[str, Any]:
+    """Launch options of the split-K reduce kernel (tiny, memory-light)."""
+    if family in _AMD_FAMILIES:
+        return {"num_warps": 2 if family in ("rdna3", "rdna4") else 1, "num_stages": 1}
+    return {"num_warps": 2, "num_stages": 1}
+
+
+def choose_num_splits(
+    family: str, num_seqs: int, num_kv_heads: int, max_seq_len: int, max_query_len: int, num_sms: int, block_n: int
+) -> int:
+    """How many key-range splits (flash-decoding) a launch should use; 1 = no split.
+
+    Split only short-query batches whose (sequence x KV-head) programs fill less than one wave of the
+    GPU, up to about 4 programs per compute unit, keeping at least 4 key tiles per split so the
+    partial-output traffic stays small next to the KV bytes.
+    """
+    programs = num_seqs * num_kv_heads
+    if family == "cpu" or max_query_len > 16 or programs >= num_sms:
+        return 1
+    splits = 1
+    while programs * splits * 2 <= 4 * num_sms and max_seq_len // (splits * 2) >= 4 * block_n and splits < 64:
+        splits *= 2
+    return splits
+
+
+def reshape_cache_config(family: str) -> dict[str, Any]:
+    """Launch options of `reshape_and_cache`: one program per token, a pure copy, same on every family."""
+    del family
+    return {"num_warps": 4, "num_stages": 1}
 
 
 @triton.jit
@@ -392,3 +473,70 @@ def unified_attention_triton(
             HEAD_DIM_PAD=head_dim_pad, **split_reduce_config(family),
         )
     return out
+
+
+# ---- AMD compile specs (see compile_spec.py)
+
+_DTYPE = {"fp16": "*fp16", "bf16": "*bf16"}
+
+
+def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits: int) -> list[CompileSpec]:
+    ptr = _DTYPE[dtype]
+    signature = {
+        "q_ptr": ptr, "k_cache_ptr": ptr, "v_cache_ptr": ptr, "out_ptr": ptr,
+        "part_out_ptr": "*fp32" if num_splits > 1 else ptr, "part_lse_ptr": "*fp32" if num_splits > 1 else ptr,
+        "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "qsl_ptr": "*i32",
+        "qk_scale": "fp32", "sliding_window": "i32", "num_seqs": "i32", "num_heads": "i32",
+        **{s: "i32" for s in ("stride_qt", "stride_qh", "stride_kb", "stride_ks", "stride_kh", "stride_vb",
+                              "stride_vs", "stride_vh", "stride_ot", "stride_oh", "stride_bt")},
+    }
+    max_query_len = 1 if mode in ("decode", "splitk") else 512
+
+    def make(arch: str) -> tuple[dict, dict]:
+        consts, launch = split_launch_options(unified_config(arch_family(arch), head_dim, num_qpk, max_query_len))
+        consts = {
+            "NUM_QPK": num_qpk, "BLOCK_M": consts["BLOCK_M"], "BLOCK_Q": max(1, consts["BLOCK_M"] // num_qpk),
+            "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim, "BLOCK_N": consts["BLOCK_N"], "PAGE_SIZE": 16,
+            "USE_WINDOW": False, "NUM_SPLITS": num_splits, "UPCAST_DOT": False,
+        }
+        return consts, launch
+
+    signature.update({k: "constexpr" for k in make("gfx942")[0]})
+    return grouped_specs(f"unified_attention[{mode},d{head_dim},{dtype}]", _unified_attention_kernel, signature, make, True, True)
+
+
+def _reduce_spec(head_dim: int, dtype: str, num_splits: int) -> list[CompileSpec]:
+    consts = {"NUM_SPLITS": num_splits, "SPLITS_PAD": num_splits, "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim}
+    signature = {
+        "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": _DTYPE[dtype], "num_heads": "i32",
+        "stride_ot": "i32", "stride_oh": "i32", **{k: "constexpr" for k in consts},
+    }
+    return grouped_specs(
+        f"unified_attention_split_reduce[d{head_dim},{dtype}]", _split_reduce_kernel, signature,
+        lambda arch: (consts, split_reduce_config(arch_family(arch))), False, False,
+    )
+
+
+def _reshape_spec(head_dim: int, dtype: str, num_kv_heads: int) -> list[CompileSpec]:
+    ptr = _DTYPE[dtype]
+    consts = {"NUM_KV_HEADS": num_kv_heads, "HEAD_DIM": head_dim, "HEADS_PAD": num_kv_heads,
+              "HEAD_DIM_PAD": head_dim, "PAGE_SIZE": 16}
+    strides = ("stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_kcb", "stride_kcs", "stride_kch",
+               "stride_vcb", "stride_vcs", "stride_vch")
+    signature = {"key_ptr": ptr, "value_ptr": ptr, "k_cache_ptr": ptr, "v_cache_ptr": ptr, "slot_ptr": "*i64",
+                 **{s: "i32" for s in strides}, **{k: "constexpr" for k in consts}}
+    return grouped_specs(
+        f"reshape_and_cache[d{head_dim},{dtype}]", _reshape_and_cache_kernel, signature,
+        lambda arch: (consts, reshape_cache_config(arch_family(arch))), False, False,
+    )
+
+
+AMD_COMPILE_SPECS: list[CompileSpec] = [
+    # shipped configs: decode, prefill, split-K + reduce, reshape_and_cache
+    *_unified_spec("decode", 128, "fp16", 4, 1),
+    *_unified_spec("decode", 64, "bf16", 3, 1),
+    *_unified_spec("prefill", 128, "fp16", 4, 1),
+    *_unified_spec("splitk", 128, "fp16", 4, 4),
+    *_reduce_spec(128, "fp16", 4),
+    *_reshape_spec(128, "fp16", 8),
+]

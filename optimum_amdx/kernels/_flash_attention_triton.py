@@ -1,4 +1,6 @@
-"""Triton kernel behind `optimum_amdx.kernels.flash_attention` (imported only when it runs).
+"""Triton kernel, launch configs and AMD compile specs behind `optimum_amdx.kernels.flash_attention`.
+
+Imported only when a kernel runs (or by the compile check).
 
 FlashAttention-2 forward: grid (query blocks, batch x query heads). Each program keeps its query tile
 in registers and streams key/value tiles with an online softmax in fp32 (exp2 with the scale folded
@@ -11,15 +13,46 @@ packing reads each sequence's offsets from cu_seqlens on the device (no host syn
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from optimum_amdx.kernels.attention_configs import flash_config, next_pow2, split_launch_options
-from optimum_amdx.kernels.runtime import interpret_mode
+from optimum_amdx.kernels.compile_spec import CompileSpec, grouped_specs
+from optimum_amdx.kernels.runtime import (
+    amd_launch_options,
+    arch_family,
+    interpret_mode,
+    next_pow2,
+    split_launch_options,
+)
 
 LOG2E = 1.4426950408889634
+
+
+# ---- launch configs, keyed by arch family (runtime.arch_family). AMD (CDNA, wave64, 64 KiB LDS per
+# workgroup on gfx90a/gfx942) wants num_stages=1 for attention, `waves_per_eu` to keep two waves per
+# SIMD and `matrix_instr_nonkdim=16` (16x16 MFMA); RDNA3 is wave32 with WMMA and a smaller register
+# budget per tile, so it gets smaller tiles; Hopper gets deeper software pipelining; "cpu" (the
+# interpreter in CI) uses small tiles so tests stay fast.
+
+def flash_config(family: str, head_dim_pad: int, causal: bool) -> dict[str, Any]:
+    """Tile sizes and launch options for the dense FlashAttention-2 forward."""
+    if family == "cpu":
+        return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    if family in ("cdna2", "cdna3", "cdna4"):
+        # 8 waves of 16 rows: with 4 waves the 128x128 fp32 accumulator plus the Q tile spill on gfx942.
+        cfg = amd_launch_options(family, 8, 2)
+        cfg.update(BLOCK_M=128, BLOCK_N=64)
+        return cfg
+    if family in ("rdna3", "rdna4"):
+        # wave32 with a 256-VGPR budget: 64-row tiles of d=128 spill on gfx1100.
+        cfg = amd_launch_options(family, 4, 0)
+        cfg.update(BLOCK_M=32, BLOCK_N=32)
+        return cfg
+    # H200 sweep (causal 8x32x2048x128 fp16): 64x64 tiles, 4 warps, 3 stages beat 128-row tiles by ~10%.
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 
 
 @triton.jit
@@ -201,3 +234,33 @@ def flash_attention_varlen_triton(
         cu_seqlens_q, cu_seqlens_k, causal, softmax_scale, family, config,
     )
     return out
+
+
+# ---- AMD compile specs (see compile_spec.py)
+
+_DTYPE = {"fp16": "*fp16", "bf16": "*bf16"}
+
+
+def _flash_spec(head_dim: int, dtype: str, causal: bool, varlen: bool, num_qpk: int) -> list[CompileSpec]:
+    ptr = _DTYPE[dtype]
+    strides = [f"stride_{t}{d}" for t in "qkvo" for d in "bhs"]
+    signature = {"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "cu_q_ptr": "*i32", "cu_k_ptr": "*i32",
+                 "qk_scale": "fp32", "seqlen_q": "i32", "seqlen_k": "i32", "num_heads": "i32",
+                 **{s: "i32" for s in strides}}
+
+    def make(arch: str) -> tuple[dict, dict]:
+        consts, launch = split_launch_options(flash_config(arch_family(arch), head_dim, causal))
+        return {"NUM_QPK": num_qpk, "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim, **consts,
+                "CAUSAL": causal, "VARLEN": varlen, "UPCAST_DOT": False}, launch
+
+    signature.update({k: "constexpr" for k in make("gfx942")[0]})
+    mode = ("causal" if causal else "full") + (",varlen" if varlen else "")
+    return grouped_specs(f"flash_attention_fwd[{mode},d{head_dim},{dtype}]", _flash_fwd_kernel, signature, make, True, True)
+
+
+AMD_COMPILE_SPECS: list[CompileSpec] = [
+    # shipped configs: causal and full d128 fp16, causal varlen d64 bf16 (GQA 3)
+    *_flash_spec(128, "fp16", True, False, 4),
+    *_flash_spec(128, "fp16", False, False, 1),
+    *_flash_spec(64, "bf16", True, True, 3),
+]

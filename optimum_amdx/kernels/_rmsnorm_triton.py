@@ -1,0 +1,103 @@
+"""Triton kernel, launch config and AMD compile specs of `optimum_amdx.kernels.rmsnorm` (the front).
+
+One program per row: the row is loaded once, reduced in float32 and written back (with the residual
+sum when fused). Rounding follows the front's docstring (HF LlamaRMSNorm).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+import triton
+import triton.language as tl
+
+from .compile_spec import CompileSpec
+
+__all__ = ["rms_norm_triton", "AMD_COMPILE_SPECS"]
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr, res_ptr, w_ptr, y_ptr, h_ptr,
+    n_cols, x_stride, res_stride, y_stride, h_stride, eps,
+    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    # Arithmetic in float32, rounded to the storage dtype where HF rounds: one fp32 add or
+    # multiply of two fp16/bf16 values rounded once equals the native half-precision operation.
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
+    in_ty = x.dtype
+    xf = x.to(tl.float32)
+    if HAS_RESIDUAL:
+        r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
+        h = (xf + r.to(tl.float32)).to(in_ty)
+        tl.store(h_ptr + row * h_stride + cols, h, mask=mask)
+        xf = h.to(tl.float32)
+    var = tl.sum(xf * xf, axis=0) / n_cols
+    normed = (xf * tl.math.rsqrt(var + eps)).to(in_ty)
+    out_ty = y_ptr.dtype.element_ty
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    y = w.to(out_ty).to(tl.float32) * normed.to(out_ty).to(tl.float32)
+    tl.store(y_ptr + row * y_stride + cols, y.to(out_ty), mask=mask)
+
+
+def _num_warps(block: int) -> int:
+    """Launch config (the same on every arch): one warp per 256 columns, 1 to 16 warps."""
+    return max(1, min(16, block // 256))
+
+
+def rms_norm_triton(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor] = None
+) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Launch the kernel on inputs the front has validated (GPU tensors or the interpreter)."""
+    hidden = x.shape[-1]
+    x2 = x.reshape(-1, hidden)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    out_dtype = torch.promote_types(weight.dtype, x.dtype)
+    y = torch.empty(x2.shape, dtype=out_dtype, device=x.device)
+    if residual is not None:
+        r2 = residual.reshape(-1, hidden)
+        if r2.stride(-1) != 1:
+            r2 = r2.contiguous()
+        r2 = r2.to(x.dtype)
+        h = torch.empty_like(x2)
+    else:
+        r2, h = x2, y
+    block = triton.next_power_of_2(hidden)
+    _rms_norm_kernel[(x2.shape[0],)](
+        x2, r2, weight, y, h,
+        hidden, x2.stride(0), r2.stride(0), y.stride(0), h.stride(0), eps,
+        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=_num_warps(block),
+    )
+    y = y.reshape(x.shape)
+    return y if residual is None else (y, h.reshape(x.shape))
+
+
+def _rms_spec(hidden: int, dtype: str, residual: bool) -> CompileSpec:
+    block = triton.next_power_of_2(hidden)
+    sig = {
+        "x_ptr": f"*{dtype}", "res_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "h_ptr": f"*{dtype}",
+        "n_cols": "i32", "x_stride": "i32", "res_stride": "i32", "y_stride": "i32", "h_stride": "i32", "eps": "fp32",
+        "HAS_RESIDUAL": "constexpr", "BLOCK": "constexpr",
+    }
+    return CompileSpec(
+        name=f"rms_norm[h{hidden},{dtype}{',residual' if residual else ''}]",
+        kernel=_rms_norm_kernel,
+        signature=sig,
+        constexprs={"HAS_RESIDUAL": residual, "BLOCK": block},
+        options=lambda arch: {"num_warps": _num_warps(block), "num_stages": 1},
+        hot=True,
+        uses_dot=False,
+        divisible_by_16=("n_cols", "x_stride", "res_stride", "y_stride", "h_stride"),
+    )
+
+
+AMD_COMPILE_SPECS: list[CompileSpec] = [
+    _rms_spec(4096, "fp16", True),
+    _rms_spec(4096, "bf16", False),
+    _rms_spec(8192, "fp16", True),
+]
