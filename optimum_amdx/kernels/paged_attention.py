@@ -10,6 +10,8 @@ KV and reuse the dense reference of `flash_attention`.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from optimum_amdx.kernels.flash_attention import check_qkv, masked_softmax_attention

@@ -1,0 +1,76 @@
+"""The kernel layout (fronts import no triton), the GPU fact table as kernels read it, the validated
+Triton range that `optimum-amdx env` reports, and the interpreter repairs of `triton_compat`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from optimum_amdx.hardware.gpu_facts import ARCHS, PROFILES
+from optimum_amdx.hardware.triton_range import TORCH_TO_TRITON, parse_version, triton_validation
+from optimum_amdx.kernels.compile_spec import WAVE_SIZE
+from optimum_amdx.kernels.runtime import arch_family
+
+FRONTS = ["flash_attention", "paged_attention", "rmsnorm", "rotary"]
+
+
+def test_fronts_import_and_run_their_references_without_triton():
+    code = f"""
+import sys
+sys.modules["triton"] = None  # any `import triton` now raises ImportError
+import torch
+for name in {FRONTS!r}:
+    __import__("optimum_amdx.kernels." + name)
+from optimum_amdx.kernels.rmsnorm import rms_norm
+from optimum_amdx.kernels.flash_attention import flash_attention
+x = torch.randn(2, 8)
+assert rms_norm(x, torch.ones(8), 1e-6).shape == (2, 8)
+q = torch.randn(1, 2, 3, 4)
+assert flash_attention(q, q, q).shape == (1, 2, 3, 4)
+assert not any(m == "triton" or m.startswith("triton.") for m, v in sys.modules.items() if v is not None)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TRITON_INTERPRET": "0"})
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("arch,family", [("gfx90a", "cdna2"), ("gfx942", "cdna3"), ("gfx950", "cdna4"),
+                                         ("gfx1100", "rdna3"), ("gfx1151", "rdna3"), ("gfx1201", "rdna4"),
+                                         ("sm_90", "hopper"), ("sm_80", "nvidia"), ("sm_120", "nvidia"),
+                                         ("cpu", "cpu"), ("gfx1036", "unknown")])
+def test_arch_family_comes_from_the_fact_table(arch, family):
+    assert arch_family(arch) == family
+
+
+def test_fact_table_lds_and_wave_meanings():
+    # RDNA3: 64 KiB per workgroup, 128 KiB shared by a WGP; CDNA4 160 KiB; one entry per product.
+    assert (ARCHS["gfx1100"].lds_workgroup_kib, ARCHS["gfx1100"].lds_pool_kib) == (64, 128)
+    assert (ARCHS["gfx942"].lds_workgroup_kib, ARCHS["gfx942"].lds_pool_kib) == (64, 64)
+    assert ARCHS["gfx950"].lds_workgroup_kib == 160
+    assert WAVE_SIZE == {"gfx90a": 64, "gfx942": 64, "gfx950": 64, "gfx1100": 32}
+    assert PROFILES["rx7900xtx"].to_dict()["lds_pool_kib"] == 128
+    assert all(p.arch in ARCHS for p in PROFILES.values())
+
+
+def test_triton_range_check_says_what_to_do():
+    assert parse_version("3.4.0+gitf7888497") == (3, 4)
+    for version in ("3.6.0", "3.7.1", "3.8.0", "3.9.0"):
+        assert triton_validation(version, "2.13.0")["validated"] is True
+    old = triton_validation("3.4.0", "2.13.0")
+    assert old["validated"] is False and "triton==3.7.1" in old["fix"]
+    new = triton_validation("3.10.0", None)
+    assert new["validated"] is False and "newer" in new["fix"]
+    assert triton_validation("", None)["validated"] is None
+    assert all(triton_validation(t)["validated"] for t in TORCH_TO_TRITON.values())
+
+
+def test_interpreter_defects_are_repaired():
+    pytest.importorskip("triton")
+    from optimum_amdx.kernels.triton_compat import fix_interpreter, interpreter_defects
+
+    fix_interpreter()
+    assert interpreter_defects() == []
