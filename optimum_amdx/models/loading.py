@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from ..errors import InvalidArgumentError, ModelNotFoundError
-from .folder import ModelFolder, open_model, translated_load_errors
+from .folder import ModelFolder, open_model, repair_hint, translated_load_errors
 from .resolve import PICKLE_SUFFIXES
 
 Source = Union[str, os.PathLike, ModelFolder]
@@ -68,7 +68,14 @@ def load_tokenizer(name_or_path: Source, trust_remote_code: bool = False, allow_
     from transformers import AutoTokenizer
 
     folder = open_model(name_or_path, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code)
-    tokenizer = AutoTokenizer.from_pretrained(folder.path, trust_remote_code=folder.trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder.path, trust_remote_code=folder.trust_remote_code)
+    except (OSError, ValueError) as err:  # missing or unreadable tokenizer files (JSONDecodeError is a ValueError)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ModelNotFoundError(
+            f"Could not load a tokenizer from {folder.path} ({type(err).__name__}: {first}). Fix: if the folder has "
+            f"no tokenizer files, save them there (tokenizer.save_pretrained); if they are damaged, {repair_hint(folder.path)}"
+        ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

@@ -173,6 +173,17 @@ def test_corrupt_config_json_is_our_error(tmp_path, tiny, capsys):
     assert capsys.readouterr().err.startswith("error: The model in")
 
 
+def test_damaged_or_missing_tokenizer_is_our_error(tmp_path, tiny):
+    bad = _copy(tiny, tmp_path / "tok")
+    _truncate(bad / "tokenizer.json")
+    with pytest.raises(ModelNotFoundError, match=r"Could not load a tokenizer from .*DecodeError.*save the model there"):
+        load_tokenizer(bad)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (bad / name).unlink()
+    with pytest.raises(ModelNotFoundError, match="Could not load a tokenizer.*tokenizer.save_pretrained"):
+        load_tokenizer(bad)
+
+
 def test_config_without_weights_is_our_error(tmp_path, tiny):
     bare = tmp_path / "bare"
     bare.mkdir()
