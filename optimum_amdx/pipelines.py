@@ -6,8 +6,14 @@
   is also what PyTorch on ROCm calls AMD GPUs), or the CPU when there is none.
 - accelerator=None: plain transformers, exactly as `transformers.pipeline` would build it.
 
-Nothing in transformers is patched globally: the returned object is a transformers Pipeline whose
-model happens to be ours.
+Nothing in transformers is replaced: the returned object is a transformers Pipeline whose model
+happens to be ours. One thing is added: accelerator="rocm" imports `optimum_amdx.modeling`, and that
+import (wherever it happens) registers the name "amdx" with transformers' `AttentionInterface` and
+`AttentionMaskInterface`. No existing attention implementation changes; only models loaded with
+`attn_implementation="amdx"` use it.
+
+Options belong to one accelerator (`OPTION_ACCELERATORS`); passing one to another is an error that
+names it, never silently ignored.
 """
 
 from __future__ import annotations
@@ -21,6 +27,11 @@ from typing import Any, Iterator, Mapping
 from .errors import InvalidArgumentError
 
 ACCELERATORS: tuple[str, ...] = ("ort", "rocm")
+OPTION_ACCELERATORS: dict[str, tuple[str | None, ...]] = {
+    "provider": ("ort",), "provider_options": ("ort",), "session_options": ("ort",), "use_io_binding": ("ort",),
+    "export_kwargs": ("ort",), "dtype": ("rocm", None), "allow_pickle": ("rocm", None),
+}
+"""Which accelerators read each accelerator-specific option of `pipeline()`."""
 PIPELINE_TASKS: tuple[str, ...] = ("text-generation", "feature-extraction", "text-classification")
 _TASK_ALIASES = {"sentiment-analysis": "text-classification"}
 
@@ -77,71 +88,61 @@ def _rocm_device():
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def _rocm_text_generation_model(model: Any, dtype: Any = None, trust_remote_code: bool = False):
-    """The PyTorch model behind `pipeline("text-generation", accelerator="rocm")`: AMDModelForCausalLM
-    (paged KV cache, graph-captured decode, continuous batching) over the transformers model, or the
-    patched transformers model (our attention and RMSNorm) for architectures it does not cover."""
-    from .errors import UnsupportedModelError
-    from .modeling import AMDModelForCausalLM, patch
-    from .models import load_causal_lm
+def _rocm_model(task: str, model: Any, dtype: Any, allow_pickle: bool, trust_remote_code: bool) -> tuple[Any, Any]:
+    """The PyTorch model behind accelerator="rocm", and the folder it came from (None for a model object).
 
-    if isinstance(model, AMDModelForCausalLM):
-        return model
-    if isinstance(model, (str, os.PathLike)):
-        from .models import resolve_model
-        from .quantization import is_gptq_checkpoint
-
-        path = resolve_model(model)
-        if is_gptq_checkpoint(path):  # our QuantLinear on the W4A16 kernel, not transformers' GPTQ backend
-            return AMDModelForCausalLM.from_pretrained(path, dtype=dtype or "auto")
-        model = load_causal_lm(path, dtype=dtype or "auto", trust_remote_code=trust_remote_code)
-    try:
-        return AMDModelForCausalLM(model)
-    except UnsupportedModelError:
-        return patch(model)
-
-
-def _rocm_model(task: str, model: Any, dtype: Any, trust_remote_code: bool):
-    import torch
+    text-generation: AMDModelForCausalLM (paged KV cache, graph-captured decode, continuous batching)
+    over the loaded model (GPTQ checkpoints come with our W4A16 linears), or the patched transformers
+    model (our attention and RMSNorm) for architectures it does not cover.
+    """
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    from .models import resolve_model
+    from .errors import UnsupportedModelError
+    from .models import load_model
 
     device = _rocm_device()
-    if task == "text-generation":
-        loaded = _rocm_text_generation_model(model, dtype=dtype, trust_remote_code=trust_remote_code)
-        return loaded.to(device) if getattr(loaded, "device", device) != device else loaded
     if not isinstance(model, (str, os.PathLike)):
-        return model.to(device)
-    folder = resolve_model(str(model))
-    cls = AutoModel if task == "feature-extraction" else AutoModelForSequenceClassification
-    torch_dtype = dtype if dtype is not None else (torch.float16 if device.type == "cuda" else torch.float32)
-    return cls.from_pretrained(folder, dtype=torch_dtype, trust_remote_code=trust_remote_code).to(device).eval()
+        if task != "text-generation":
+            return model.to(device), None
+        from .modeling import AMDModelForCausalLM
+
+        if isinstance(model, AMDModelForCausalLM):
+            return model.to(device), model.model_path
+        loaded, folder = model, None
+    else:
+        cls = {"text-generation": None, "feature-extraction": AutoModel,
+               "text-classification": AutoModelForSequenceClassification}[task]
+        result = load_model(model, dtype=dtype or "auto", device=str(device), allow_pickle=allow_pickle,
+                            trust_remote_code=trust_remote_code, model_class=cls)
+        if task != "text-generation":
+            return result.model, result.folder.path
+        loaded, folder = result.model, result.folder.path
+    from .modeling import AMDModelForCausalLM, patch
+
+    try:
+        wrapped = AMDModelForCausalLM(loaded)
+        wrapped.model_path = folder
+        return wrapped.to(device), folder
+    except UnsupportedModelError:
+        return patch(loaded).to(device), folder
 
 
-def _tokenizer_for(model: Any, model_obj: Any, tokenizer: Any):
+def _tokenizer_for(model: Any, model_obj: Any, tokenizer: Any, folder: Any, trust_remote_code: bool):
+    """The tokenizer argument as given, else the one in the model's folder (the loader's, or the ORT export's)."""
     from transformers import AutoTokenizer
 
     if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
         return tokenizer
     if tokenizer is not None:
-        return AutoTokenizer.from_pretrained(tokenizer)
-    folder = getattr(model_obj, "model_path", None)
-    candidates = [folder] if folder is not None else []
-    if isinstance(model, (str, os.PathLike)):
-        from .models import resolve_model
-
-        try:
-            candidates.append(resolve_model(str(model)) if not _is_onnx_folder(model) else Path(str(model)))
-        except Exception:  # noqa: BLE001 - we only look for a tokenizer here; the model itself already loaded
-            pass
+        return AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=trust_remote_code)
+    candidates = [c for c in (folder, getattr(model_obj, "model_path", None)) if c is not None]
     name_or_path = getattr(getattr(model_obj, "config", None), "_name_or_path", None)
     if name_or_path:
         candidates.append(name_or_path)
     errors = []
     for cand in candidates:
         try:
-            return AutoTokenizer.from_pretrained(cand)
+            return AutoTokenizer.from_pretrained(cand, trust_remote_code=trust_remote_code)
         except (OSError, ValueError, TypeError) as err:
             errors.append(f"{cand}: {err}")
     raise InvalidArgumentError(
@@ -176,6 +177,20 @@ def _quiet_model_type_check(model_obj: Any) -> Iterator[None]:
         logger.removeFilter(flt)
 
 
+def _check_options(accelerator: str | None, given: Mapping[str, Any]) -> None:
+    """Refuse an option meant for another accelerator instead of silently ignoring it.
+
+    `given` holds the accelerator-specific options the caller set (those not at their default)."""
+    wrong = [name for name in given if accelerator not in OPTION_ACCELERATORS[name]]
+    if wrong:
+        owners = "; ".join(f"{name} applies to accelerator={' / '.join(repr(a) for a in OPTION_ACCELERATORS[name])}"
+                           for name in wrong)
+        raise InvalidArgumentError(
+            f"pipeline(accelerator={accelerator!r}) does not use {', '.join(wrong)}: {owners}. "
+            "Drop the option, or choose that accelerator."
+        )
+
+
 def pipeline(
     task: str,
     model: Any = "default",
@@ -187,31 +202,40 @@ def pipeline(
     use_io_binding: bool | None = None,
     export_kwargs: Mapping[str, Any] | None = None,
     dtype: Any = None,
+    allow_pickle: bool = False,
     trust_remote_code: bool = False,
     **kwargs: Any,
 ):
     """Build a transformers Pipeline for `task` whose model runs on `accelerator`.
 
     `model`: an exported ONNX folder, a PyTorch model id/folder/`default`, or a model object.
-    `provider`, `provider_options`, `session_options`, `use_io_binding` and `export_kwargs` apply to
-    accelerator="ort"; `dtype` to accelerator="rocm"/None. Other keyword arguments go to
-    `transformers.pipeline`.
+    Options per accelerator (see `OPTION_ACCELERATORS`; one meant for another accelerator is an
+    `InvalidArgumentError`): `provider`, `provider_options`, `session_options`, `use_io_binding`,
+    `export_kwargs` for "ort"; `dtype` and `allow_pickle` for "rocm" and None; `tokenizer` and
+    `trust_remote_code` for all. Other keyword arguments go to `transformers.pipeline`.
     """
     import transformers
 
     task = _check_args(task, accelerator)
+    options = dict(provider=provider, provider_options=provider_options, session_options=session_options,
+                   use_io_binding=use_io_binding, export_kwargs=export_kwargs, dtype=dtype,
+                   allow_pickle=allow_pickle or None)
+    _check_options(accelerator, {k: v for k, v in options.items() if v is not None})
     if accelerator is None:
         if isinstance(model, (str, os.PathLike)):
-            from .models import resolve_model
+            from .models import open_model
 
-            model = str(resolve_model(str(model)))
+            model = str(open_model(model, allow_pickle=allow_pickle, trust_remote_code=trust_remote_code).path)
         return transformers.pipeline(task, model=model, tokenizer=tokenizer, dtype=dtype or "auto",
                                      trust_remote_code=trust_remote_code, **kwargs)
+    folder = None
     if accelerator == "ort":
+        if trust_remote_code:
+            export_kwargs = {"trust_remote_code": True, **dict(export_kwargs or {})}
         model_obj = _ort_model(task, model, provider, provider_options, session_options, use_io_binding, export_kwargs)
     else:
-        model_obj = _rocm_model(task, model, dtype, trust_remote_code)
-    tok = _tokenizer_for(model, model_obj, tokenizer)
+        model_obj, folder = _rocm_model(task, model, dtype, allow_pickle, trust_remote_code)
+    tok = _tokenizer_for(model, model_obj, tokenizer, folder, trust_remote_code)
     kwargs.setdefault("device", model_obj.device)
     with _quiet_model_type_check(model_obj):
         return transformers.pipeline(task, model=model_obj, tokenizer=tok, **kwargs)

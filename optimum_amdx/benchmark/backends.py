@@ -31,6 +31,8 @@ class ModelSource:
     kind: str
     config: Any
     path: Path | None = None
+    folder: Any = None
+    """The loader's `ModelFolder` of a pretrained source (None for a shape)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.kind, "path": str(self.path) if self.path else None,
@@ -38,16 +40,17 @@ class ModelSource:
 
 
 def resolve_source(name: str) -> ModelSource:
-    """A named shape (`optimum_amdx.models.shapes.SHAPES`), else anything `resolve_model` accepts."""
-    from ..models import resolve_model
+    """A named shape (`optimum_amdx.models.shapes.SHAPES`), else anything `open_model` accepts."""
+    from ..models import open_model
     from ..models.shapes import SHAPES, shape_config
 
     if name.strip().lower() in SHAPES:
         return ModelSource(name=name, kind="shape", config=shape_config(name))
     from transformers import AutoConfig
 
-    path = resolve_model(name)
-    return ModelSource(name=name, kind="pretrained", config=AutoConfig.from_pretrained(path), path=Path(path))
+    folder = open_model(name)
+    return ModelSource(name=name, kind="pretrained", config=AutoConfig.from_pretrained(folder.path), path=folder.path,
+                       folder=folder)
 
 
 @dataclass
@@ -125,7 +128,7 @@ def build_torch_model(source: ModelSource, dtype: Any, device: str, seed: int) -
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(source.config, dtype=dtype)
     else:
-        model = load_causal_lm(source.path, dtype=dtype, device=device)
+        model = load_causal_lm(source.folder or source.path, dtype=dtype, device=device)
     model.eval()
     if model.generation_config.pad_token_id is None:
         eos = model.generation_config.eos_token_id

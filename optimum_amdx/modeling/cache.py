@@ -105,7 +105,3 @@ class PagedKVCache:
     @property
     def block_size(self) -> int:
         return self.layout.block_size
-
-    def blocks_needed(self, num_tokens: int) -> int:
-        """Blocks that hold `num_tokens` tokens."""
-        return -(-num_tokens // self.layout.block_size)

@@ -12,8 +12,7 @@ requests by the continuous-batching engine, so prompts of different lengths wast
 
 from __future__ import annotations
 
-import json
-import os
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -70,24 +69,23 @@ class AMDModelForCausalLM:
                                    max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                    use_cuda_graph=use_cuda_graph)
         self._engine: LLMEngine | None = None
+        self.model_path: Path | None = None
+        """The folder the weights came from (set by `from_pretrained`; None for a model object)."""
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike, *, dtype: Any = "auto", device: str | None = None,
+    def from_pretrained(cls, name_or_path: Any, *, dtype: Any = "auto", device: str | None = None,
+                        allow_pickle: bool = False, trust_remote_code: bool = False,
                         **engine_kwargs: Any) -> "AMDModelForCausalLM":
-        """Load a model folder, hub id or "default" (GPTQ checkpoints load through our W4A16 linears)."""
-        from ..models import default_device, load_causal_lm, parse_dtype, resolve_model
+        """Load a model folder, hub id or "default" through the package's one loader (`optimum_amdx.models`):
+        GPTQ checkpoints load through our W4A16 linears; `allow_pickle` / `trust_remote_code` as in transformers.
+        The folder stays in `model_path`, so its tokenizer can be found from the model."""
+        from ..models import load_model
 
-        device = device or default_device()
-        path = resolve_model(name_or_path)
-        config = json.loads((path / "config.json").read_text())
-        quant = config.get("quantization_config") or {}
-        if quant.get("quant_method") == "gptq":
-            from ..quantization import load_gptq_model
-
-            model = load_gptq_model(path, device, parse_dtype(dtype, device))
-        else:
-            model = load_causal_lm(path, dtype=dtype, device=device)
-        return cls(model, **engine_kwargs)
+        loaded = load_model(name_or_path, dtype=dtype, device=device, allow_pickle=allow_pickle,
+                            trust_remote_code=trust_remote_code)
+        obj = cls(loaded.model, **engine_kwargs)
+        obj.model_path = loaded.folder.path
+        return obj
 
     @property
     def device(self) -> torch.device:

@@ -4,6 +4,9 @@ A checkpoint is a transformers model folder whose config.json carries `quantizat
 (quant_method "gptq", bits, group_size, desc_act, sym, checkpoint_format) and whose safetensors
 files hold, for every quantized linear `<name>`, the tensors `<name>.qweight/.qzeros/.scales/.g_idx`
 (and `.bias` when it has one), possibly sharded with a `model.safetensors.index.json`.
+
+Loading goes through the one loader (`optimum_amdx.models`), which resolves the name, reads
+config.json, detects GPTQ and checks the files, then calls `build_gptq_model` here.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 
 from ..errors import InvalidArgumentError, ModelNotFoundError
 from ..io import atomic_output_dir
-from .config import GPTQConfig
+from .config import GPTQConfig, group_rows
 from .model_utils import set_submodule
 from .quant_linear import QuantLinear
 
@@ -72,17 +75,6 @@ def save_quantized(
     return Path(save_dir).expanduser().resolve()
 
 
-def _weight_files(path: Path) -> list[Path]:
-    index = path / INDEX_NAME
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return [path / f for f in sorted(set(weight_map.values()))]
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise ModelNotFoundError(f"{path} has no .safetensors weights; a GPTQ folder needs model.safetensors (or shards).")
-    return files
-
-
 def read_gptq_config(config: Any) -> GPTQConfig:
     """The GPTQConfig of a transformers config carrying a GPTQ quantization_config."""
     qc = getattr(config, "quantization_config", None)
@@ -93,34 +85,26 @@ def read_gptq_config(config: Any) -> GPTQConfig:
     return GPTQConfig.from_quantization_config(qc)
 
 
-def is_gptq_checkpoint(path: str | os.PathLike) -> bool:
-    """True when the folder's config.json declares quant_method "gptq"."""
-    cfg_file = Path(path) / "config.json"
-    if not cfg_file.is_file():
-        return False
-    qc = json.loads(cfg_file.read_text()).get("quantization_config") or {}
-    return str(qc.get("quant_method", "")).lower() == "gptq"
+def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device: str | torch.device,
+                     dtype: torch.dtype) -> torch.nn.Module:
+    """A transformers causal LM from a checked GPTQ folder (ours, GPT-QModel's or AutoGPTQ's), with
+    `QuantLinear` in place of each quantized linear, weights from `weight_files`, in eval mode on `device`.
 
-
-def load_gptq_model(path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float16):
-    """A transformers causal LM from a GPTQ folder (ours, GPT-QModel's or AutoGPTQ's), with `QuantLinear`
-    in place of each quantized linear, weights from safetensors, in eval mode on `device`.
-
-    The model skeleton is allocated without running weight initialization, then every tensor of the
-    checkpoint is loaded; any model tensor the checkpoint lacks (other than tied embeddings) is an error.
+    Callers go through the loader (`optimum_amdx.models.load_causal_lm`, also reachable as
+    `optimum_amdx.quantization.load_gptq_model`), which resolves the name, checks the files and passes
+    the transformers `config`. The model skeleton is allocated without running weight initialization,
+    then every tensor of the checkpoint is loaded; any model tensor the checkpoint lacks (other than
+    tied embeddings) is an error.
     """
     from safetensors import safe_open
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
-    from ..models import resolve_model
-
-    folder = resolve_model(path)
-    config = AutoConfig.from_pretrained(folder)
     gcfg = read_gptq_config(config)
-    files = _weight_files(folder)
+    if not weight_files:
+        raise ModelNotFoundError(f"{folder} has no .safetensors weights; a GPTQ folder needs model.safetensors (or shards).")
     keys: dict[str, Path] = {}
-    for f in files:
+    for f in weight_files:
         with safe_open(str(f), framework="pt") as handle:
             for k in handle.keys():
                 keys[k] = f
@@ -150,7 +134,7 @@ def load_gptq_model(path: str | os.PathLike, device: str | torch.device = "cpu",
         ))
 
     state: dict[str, torch.Tensor] = {}
-    for f in files:
+    for f in weight_files:
         with safe_open(str(f), framework="pt", device="cpu") as handle:
             for k in handle.keys():
                 t = handle.get_tensor(k)
@@ -176,7 +160,7 @@ def load_gptq_model(path: str | os.PathLike, device: str | torch.device = "cpu",
 
 
 def _default_g_idx(layer: QuantLinear) -> torch.Tensor:
-    gs = layer.in_features if layer.group_size == -1 else layer.group_size
+    gs = group_rows(layer.group_size, layer.in_features)
     return (torch.arange(layer.in_features, dtype=torch.int32) // gs).to(torch.int32)
 
 

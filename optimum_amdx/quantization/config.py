@@ -15,6 +15,22 @@ from ..errors import InvalidArgumentError
 
 SUPPORTED_BITS = (2, 3, 4, 8)
 CHECKPOINT_FORMATS = ("gptq", "gptq_v2")
+PER_ROW = -1
+"""`group_size` of one group spanning all K inputs, i.e. one scale/zero per output row of the weight.
+
+This is the one encoding inside the package, the one transformers and GPT-QModel write in
+`quantization_config`; `group_rows` turns it into rows per group where a layer's K is known."""
+
+
+def group_rows(group_size: int, in_features: int) -> int:
+    """Input rows per group of a layer with `in_features` inputs (`in_features` for `PER_ROW`)."""
+    return in_features if group_size == PER_ROW else group_size
+
+
+def declares_gptq(config: dict[str, Any]) -> bool:
+    """True when a config.json dict carries a GPTQ `quantization_config` (the one place that asks)."""
+    qc = config.get("quantization_config") or {}
+    return isinstance(qc, dict) and str(qc.get("quant_method", "")).lower() == "gptq"
 
 
 @dataclass
@@ -62,7 +78,7 @@ class GPTQConfig:
             raise InvalidArgumentError(
                 f"bits={self.bits} is not supported; expected one of {SUPPORTED_BITS}. Use --bits 4 for the fast W4A16 kernel."
             )
-        if self.group_size != -1 and (not isinstance(self.group_size, int) or self.group_size <= 0):
+        if self.group_size != PER_ROW and (not isinstance(self.group_size, int) or self.group_size <= 0):
             raise InvalidArgumentError(
                 f"group_size={self.group_size!r} is invalid; expected a positive integer (e.g. 128) or -1 for per-row scales."
             )
@@ -81,7 +97,7 @@ class GPTQConfig:
 
     def check_layer(self, name: str, in_features: int) -> None:
         """Raise when this config cannot quantize a linear with `in_features` inputs."""
-        if self.group_size != -1 and in_features % self.group_size != 0 and (in_features % self.group_size) % 32 != 0:
+        if self.group_size != PER_ROW and in_features % self.group_size != 0 and (in_features % self.group_size) % 32 != 0:
             raise InvalidArgumentError(
                 f"group_size={self.group_size} does not divide the {in_features} input features of {name}, and the "
                 f"last group would hold {in_features % self.group_size} rows (a shorter last group must be a multiple "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InvalidArgumentError
-from .config import GPTQConfig
+from .config import PER_ROW, GPTQConfig, group_rows
 
 
 @dataclass
@@ -77,15 +77,11 @@ def quantize_codes(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bit
     return torch.clamp(torch.round(w / scale.unsqueeze(1)) + zero.unsqueeze(1), 0, 2**bits - 1)
 
 
-def _group_size(cfg: GPTQConfig, columns: int) -> int:
-    return columns if cfg.group_size == -1 else cfg.group_size
-
-
 def rtn_quantize(weight: torch.Tensor, cfg: GPTQConfig) -> QuantResult:
     """Round-to-nearest baseline with the same grid, groups and packing as GPTQ (no data needed)."""
     W = weight.detach().float()
     n_out, k = W.shape
-    gs = _group_size(cfg, k)
+    gs = group_rows(cfg.group_size, k)
     keep = cfg.checkpoint_format == "gptq"
     codes, scales, zeros = [], [], []
     for g0 in range(0, k, gs):
@@ -115,7 +111,7 @@ def gptq_quantize(weight: torch.Tensor, H: torch.Tensor, cfg: GPTQConfig) -> Qua
     n_out, k = W.shape
     if H.shape != (k, k):
         raise InvalidArgumentError(f"Hessian has shape {tuple(H.shape)}; expected ({k}, {k}) for a weight of {k} inputs.")
-    bits, gs = cfg.bits, _group_size(cfg, k)
+    bits, gs = cfg.bits, group_rows(cfg.group_size, k)
     keep = cfg.checkpoint_format == "gptq"
 
     dead = torch.diag(H) == 0
@@ -123,7 +119,7 @@ def gptq_quantize(weight: torch.Tensor, H: torch.Tensor, cfg: GPTQConfig) -> Qua
     W[:, dead] = 0
 
     static: list[tuple[torch.Tensor, torch.Tensor]] = []
-    if cfg.static_groups or cfg.group_size == -1:
+    if cfg.static_groups or cfg.group_size == PER_ROW:
         static = [grid_params(W[:, g : g + gs], bits, cfg.sym, keep) for g in range(0, k, gs)]
 
     perm = None

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..errors import InvalidArgumentError
+from .config import group_rows
 from ..kernels.w4a16 import W4A16Weight, dequantize_gptq, prepare_gptq_weight, w4a16_matmul
 
 
@@ -45,7 +46,7 @@ class QuantLinear(nn.Module):
         self.bits = bits
         self.group_size = group_size
         self.checkpoint_format = checkpoint_format
-        gs = in_features if group_size == -1 else group_size
+        gs = group_rows(group_size, in_features)
         n_groups = -(-in_features // gs)
         self.register_buffer("qweight", torch.zeros(in_features * bits // 32, out_features, dtype=torch.int32, device=device))
         self.register_buffer("qzeros", torch.zeros(n_groups, out_features * bits // 32, dtype=torch.int32, device=device))

@@ -23,16 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from ...models import default_device, load_causal_lm, load_tokenizer, parse_dtype, resolve_model
-    from ...quantization import is_gptq_checkpoint, load_gptq_model, perplexity
+    from ...models import default_device, load_model, load_tokenizer, parse_dtype
+    from ...quantization import perplexity
     from ...quantization.calibration import describe_split, get_eval_tokens
 
     device = args.device or default_device()
     dtype = parse_dtype(args.dtype, device)
-    path = resolve_model(args.model)
-    gptq = is_gptq_checkpoint(path)
-    model = load_gptq_model(path, device, dtype) if gptq else load_causal_lm(path, dtype=dtype, device=device)
-    tokens = get_eval_tokens(args.dataset, load_tokenizer(path))
+    loaded = load_model(args.model, dtype=dtype, device=device)
+    model, path, gptq = loaded.model, loaded.folder.path, loaded.gptq
+    tokens = get_eval_tokens(args.dataset, load_tokenizer(loaded.folder))
     start = time.perf_counter()
     ppl = perplexity(model, tokens, seqlen=args.seqlen, max_windows=args.max_windows, verbose=not args.json)
     seconds = time.perf_counter() - start

@@ -39,7 +39,7 @@ def _sampling_kwargs(args: argparse.Namespace) -> dict:
     return kwargs
 
 
-def _load(args: argparse.Namespace, device: str):
+def _load(args: argparse.Namespace, device: str, folder):  # noqa: ANN001 - a models.ModelFolder
     """The model to generate with: ours (AMDModelForCausalLM) or plain transformers."""
     from ...models import load_causal_lm
 
@@ -49,9 +49,8 @@ def _load(args: argparse.Namespace, device: str):
     if engine == "amdx":
         from ...modeling import AMDModelForCausalLM
 
-        return AMDModelForCausalLM.from_pretrained(args.model, dtype=args.dtype, device=device), engine
-    model = load_causal_lm(args.model, dtype=args.dtype, device=device, allow_pickle=args.allow_pickle,
-                           trust_remote_code=args.trust_remote_code)
+        return AMDModelForCausalLM.from_pretrained(folder, dtype=args.dtype, device=device), engine
+    model = load_causal_lm(folder, dtype=args.dtype, device=device)
     return model, engine
 
 
@@ -60,14 +59,15 @@ def run(args: argparse.Namespace) -> int:
     from transformers import TextStreamer
 
     from ...errors import InvalidArgumentError
-    from ...models import default_device, load_tokenizer
+    from ...models import default_device, load_tokenizer, open_model
 
     if args.max_new_tokens < 1:
         raise InvalidArgumentError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}.")
     device = args.device or default_device()
     torch.manual_seed(args.seed)
-    tokenizer = load_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
-    model, engine = _load(args, device)
+    folder = open_model(args.model, allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code)
+    tokenizer = load_tokenizer(folder)
+    model, engine = _load(args, device, folder)
     text = args.prompt
     if args.chat:
         text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,

@@ -58,7 +58,7 @@ def _check_causal(path) -> None:  # noqa: ANN001 - a Path
 
 def run(args: argparse.Namespace) -> int:
     from ...io import check_output_dir
-    from ...models import default_device, load_causal_lm, load_tokenizer, parse_dtype, resolve_model
+    from ...models import default_device, load_causal_lm, load_tokenizer, open_model, parse_dtype
     from ...quantization import GPTQConfig, GPTQQuantizer
 
     check_output_dir(args.output, args.overwrite)
@@ -72,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         cfg = GPTQConfig(**common)
     device = args.device or default_device()
-    path = resolve_model(args.model)
-    _check_causal(path)
-    tokenizer = load_tokenizer(path)
-    model = load_causal_lm(path, dtype=parse_dtype(args.dtype, device), device="cpu")
+    folder = open_model(args.model)
+    _check_causal(folder.path)
+    tokenizer = load_tokenizer(folder)
+    model = load_causal_lm(folder, dtype=parse_dtype(args.dtype, device), device="cpu")
     quantizer = GPTQQuantizer(cfg, method=method, device=device, verbose=not args.json)
     quantizer.quantize(model, tokenizer)
     out = quantizer.save_pretrained(model, args.output, tokenizer, max_shard_size=args.max_shard_size,
