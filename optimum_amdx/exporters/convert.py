@@ -17,22 +17,21 @@ import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from ..errors import InvalidArgumentError, ModelNotFoundError
 from ..io import atomic_output_dir, check_output_dir
+from .contract import METADATA_FILE, ONNX_FILE, ROLE_ENCODER_BUCKET, ROLE_MAIN, GraphEntry, read_metadata, write_metadata
 from .optimize import OPTIMIZE_LEVELS, FusionTarget, contrib_ops, migraphx_unsupported, optimize_graph
-from .static import StaticShapes, write_static_buckets
+from .static import StaticShapes, bucket_file, write_static_buckets
 from .tasks import TEXT_GENERATION, check_supported, infer_task, normalize_task
 from .validate import DEFAULT_ATOL, validate_export
 from .wrappers import trace_spec
 
 logger = logging.getLogger(__name__)
 
-ONNX_FILE = "model.onnx"
-METADATA_FILE = "amdx_export.json"
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16}
 _TWO_GB = 2 * 1024**3
 DEFAULT_OPSET = 18
@@ -267,31 +266,14 @@ def export_model(
             "migraphx_compatible": not migraphx_unsupported(ops),
             "static_shapes": static_shapes.to_dict() if static_shapes is not None else None,
             "static_bucket_files": buckets,
+            "graphs": [GraphEntry(ONNX_FILE, ROLE_MAIN).to_dict()] + [
+                GraphEntry(bucket_file(b, s), ROLE_ENCODER_BUCKET, b, s).to_dict()
+                for b in (static_shapes.batch_sizes if static_shapes else ()) for s in static_shapes.sequence_lengths],
             "validation": report.to_dict() if report is not None else None,
             "tokenizer_files": tok_files,
             "source": str(source) if source is not None else None,
             "versions": _versions(),
         }
-        (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+        write_metadata(tmp, metadata)
     out = Path(output).expanduser().resolve()
     return ExportResult(out, metadata)
-
-
-def read_metadata(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The amdx_export.json of an exported folder, or None when absent."""
-    path = Path(folder) / METADATA_FILE
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text())
-
-
-def parse_buckets(values: Sequence[str] | str) -> list[int]:
-    """`"1,4,8"` or `["1", "4"]` -> sorted unique positive ints, with a clear error otherwise."""
-    items = values.split(",") if isinstance(values, str) else [v for s in values for v in str(s).split(",")]
-    try:
-        nums = sorted({int(v) for v in items if v.strip()})
-    except ValueError as err:
-        raise InvalidArgumentError(f"Bucket sizes must be integers, got {values!r}.") from err
-    if not nums or nums[0] < 1:
-        raise InvalidArgumentError(f"Bucket sizes must be positive integers, got {values!r}.")
-    return nums

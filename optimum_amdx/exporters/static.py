@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import InvalidArgumentError
+from .contract import encoder_bucket_file as bucket_file
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,6 @@ class StaticShapes:
         return b, s
 
 
-def bucket_file(batch: int, seq: int) -> str:
-    """File name of the graph for one bucket."""
-    return f"model_b{batch}_s{seq}.onnx"
-
-
 def write_static_buckets(folder: Path, onnx_file: str, shapes: StaticShapes) -> list[str]:
     """Write one fixed-shape graph per bucket next to `onnx_file` (weights stay external, shared)."""
     import onnx
@@ -73,3 +70,15 @@ def write_static_buckets(folder: Path, onnx_file: str, shapes: StaticShapes) -> 
             onnx.save(model, str(folder / name))
             written.append(name)
     return written
+
+
+def parse_buckets(values: Sequence[str] | str) -> list[int]:
+    """`"1,4,8"` or `["1", "4"]` -> sorted unique positive ints, with a clear error otherwise."""
+    items = values.split(",") if isinstance(values, str) else [v for s in values for v in str(s).split(",")]
+    try:
+        nums = sorted({int(v) for v in items if v.strip()})
+    except ValueError as err:
+        raise InvalidArgumentError(f"Bucket sizes must be integers, got {values!r}.") from err
+    if not nums or nums[0] < 1:
+        raise InvalidArgumentError(f"Bucket sizes must be positive integers, got {values!r}.")
+    return nums

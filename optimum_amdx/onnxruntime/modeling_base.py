@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import torch
 
 from ..errors import ExportValidationError, InvalidArgumentError, ModelNotFoundError, UnsupportedModelError
-from ..exporters.convert import METADATA_FILE, ONNX_FILE
+from ..exporters.contract import METADATA_FILE, ONNX_FILE, read_metadata
 from ..exporters.tasks import check_supported
 from .providers import CPU, GPU_PROVIDERS, choose_provider, provider_options, verify_session
 
@@ -34,8 +34,7 @@ def _check_folder(folder: Path, expected_task: str) -> dict[str, Any] | None:
             f"ONNX model folder {folder} has no {ONNX_FILE}. Export it first: "
             f"`optimum-cli export rocm --model <id|dir> {folder}` (or from_pretrained(..., export=True))."
         )
-    meta_path = folder / METADATA_FILE
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
+    meta = read_metadata(folder)
     if meta is not None and meta.get("task") not in (None, expected_task):
         raise UnsupportedModelError(
             f"{folder} holds a {meta['task']!r} export, but this class runs {expected_task!r}. "

@@ -21,7 +21,7 @@ from transformers import DynamicCache, GenerationConfig, GenerationMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..exporters.tasks import TEXT_GENERATION
-from ..exporters.wrappers import decoder_shape, past_names, present_names
+from ..exporters.contract import decoder_shape, past_names, present_names
 from .binding import TensorBinder
 from .modeling_base import ORTSessionMixin
 

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOutput
 
-from ..exporters.static import StaticShapes, bucket_file
+from ..exporters.contract import encoder_bucket_file as bucket_file
+from ..exporters.static import StaticShapes
 from ..exporters.tasks import FEATURE_EXTRACTION, TEXT_CLASSIFICATION
 from .binding import TensorBinder
 from .modeling_base import ORTSessionMixin

@@ -35,8 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _static_shapes(items: list[str] | None):
     from optimum_amdx.errors import InvalidArgumentError
-    from optimum_amdx.exporters import StaticShapes
-    from optimum_amdx.exporters.convert import parse_buckets
+    from optimum_amdx.exporters.static import StaticShapes, parse_buckets
 
     if not items:
         return None
