@@ -166,15 +166,16 @@ def read_metadata(folder: str | os.PathLike) -> dict[str, Any] | None:
 def write_metadata(folder: str | os.PathLike, metadata: dict[str, Any]) -> Path:
     """Write `metadata` (plus the contract version and the list of files the export owns) as amdx_export.json.
 
+    The two added keys are also set in `metadata` itself, so the caller holds what was written.
+
     `files` is every file of the folder at this point plus the metadata file itself: the export
     writes the metadata last, so this is exactly what the export wrote.
     """
     folder = Path(folder)
-    data = dict(metadata)
-    data["contract_version"] = CONTRACT_VERSION
-    data["files"] = sorted({p.name for p in folder.iterdir() if p.is_file()} | {METADATA_FILE})
+    metadata["contract_version"] = CONTRACT_VERSION
+    metadata["files"] = sorted({p.name for p in folder.iterdir() if p.is_file()} | {METADATA_FILE})
     path = folder / METADATA_FILE
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    path.write_text(json.dumps(metadata, indent=2) + "\n")
     return path
 
 
@@ -193,3 +194,29 @@ def export_files(folder: str | os.PathLike, metadata: dict[str, Any] | None = No
                                                       METADATA_FILE]
         names = list(names) + list((metadata or {}).get("tokenizer_files", []))
     return sorted(n for n in set(names) if (folder / n).is_file())
+
+
+ONNX_EXTRA_HINT = 'pip install "optimum-amdx[onnx]"'
+
+
+def require_onnx_packages(*packages: str) -> None:
+    """Import-check the ONNX stack (`onnx`, `onnxruntime`, `onnxscript`); a clear error naming the extra if absent.
+
+    AMD GPU users install `onnxruntime-migraphx` (or `onnxruntime-rocm` <= 1.22) in place of
+    `onnxruntime`; each provides the same `onnxruntime` module.
+    """
+    import importlib
+
+    from ..errors import HardwareError
+
+    missing = []
+    for name in packages or ("onnx", "onnxruntime"):
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            missing.append(f"{name} ({err})")
+    if missing:
+        raise HardwareError(
+            f"The ONNX path needs packages that are not installed: {'; '.join(missing)}. Install them with "
+            f"{ONNX_EXTRA_HINT} (on AMD GPUs, then replace onnxruntime by onnxruntime-migraphx)."
+        )
