@@ -83,6 +83,8 @@ class ORTSessionMixin:
         import onnxruntime as ort
 
         self.model_path = folder
+        self._provider_args = (provider, provider_opts, session_options, allow_fallback)
+        self._graph_sessions: dict[str, Any] = {}
         self.requested_provider = choose_provider(provider)
         opts = provider_options(self.requested_provider, provider_opts)
         providers = [(self.requested_provider, opts)]
@@ -117,6 +119,18 @@ class ORTSessionMixin:
             )
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def graph_session(self, onnx_file: str):
+        """A session (same provider and options, verified the same way) for another graph file of the export.
+
+        Created on first use and kept: MIGraphX compiles each fixed-shape graph once.
+        """
+        if onnx_file not in self._graph_sessions:
+            sibling = object.__new__(type(self))
+            provider, opts, sess_opts, allow = self._provider_args
+            sibling._init_session(self.model_path, provider, opts, sess_opts, False, allow, onnx_file=onnx_file)
+            self._graph_sessions[onnx_file] = sibling.session
+        return self._graph_sessions[onnx_file]
 
     @property
     def providers(self) -> list[str]:
