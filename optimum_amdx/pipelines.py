@@ -71,14 +71,7 @@ def _ort_model(task: str, model: Any, provider: str | None, provider_options: Ma
                   use_io_binding=use_io_binding)
     if _is_onnx_folder(model):
         return cls.from_pretrained(model, **kwargs)
-    if hasattr(model, "config") and hasattr(model, "state_dict"):
-        import tempfile
-
-        from .exporters import export_model
-
-        out = Path(tempfile.mkdtemp(prefix="amdx-onnx-")) / "model"
-        export_model(model, out, task=task, **dict(export_kwargs or {}))
-        return cls.from_pretrained(out, **kwargs)
+    # A loaded model is exported into a temporary folder that the ORT model removes when it is collected.
     return cls.from_pretrained(model, export=True, export_kwargs=export_kwargs, **kwargs)
 
 

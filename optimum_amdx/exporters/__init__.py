@@ -1,12 +1,25 @@
 """PyTorch -> ONNX export for AMD execution providers (MIGraphX, ROCm) and the CPU.
 
-`export_model` traces decoders (with past key/values in and out, one graph for prefill and
-decode) and BERT-family encoders with torch.onnx (dynamo), checks, optionally optimizes, and
-validates the graph against PyTorch. Importing this package loads torch.
+`export_model` traces decoders (with past key/values in and out; dynamic, or a fixed-capacity
+KV cache with static-shape graphs for MIGraphX) and BERT-family encoders with torch.onnx
+(dynamo), checks, optionally optimizes, and validates the graph against PyTorch.
+
+Importing this package is cheap: `contract` (file/tensor names, metadata) and `tasks` are
+torch-free, and the exporter itself (torch.onnx, onnxscript) loads on first use of
+`export_model`.
 """
 
-from .convert import METADATA_FILE, ONNX_FILE, ExportResult, export_model, read_metadata
-from .static import StaticShapes
-from .tasks import TASKS
+from optimum_amdx._lazy import lazy_exports
 
-__all__ = ["export_model", "ExportResult", "StaticShapes", "read_metadata", "TASKS", "ONNX_FILE", "METADATA_FILE"]
+_LAZY = {
+    "export_model": ".convert",
+    "ExportResult": ".convert",
+    "StaticShapes": ".static",
+    "read_metadata": ".contract",
+    "write_metadata": ".contract",
+    "TASKS": ".tasks",
+    "ONNX_FILE": ".contract",
+    "METADATA_FILE": ".contract",
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY)

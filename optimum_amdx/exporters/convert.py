@@ -17,22 +17,41 @@ import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from ..errors import InvalidArgumentError, ModelNotFoundError
 from ..io import atomic_output_dir, check_output_dir
-from .optimize import OPTIMIZE_LEVELS, FusionTarget, contrib_ops, migraphx_unsupported, optimize_graph
-from .static import StaticShapes, write_static_buckets
+from .contract import (  # noqa: F401 - METADATA_FILE and read_metadata are re-exported
+    KV_DYNAMIC, KV_STATIC, METADATA_FILE, ONNX_FILE, ROLE_ENCODER_BUCKET, ROLE_MAIN, GraphEntry, read_metadata,
+    require_onnx_packages, write_metadata,
+)
+from .optimize import (
+    OPTIMIZE_LEVELS, FusionTarget, contrib_ops, migraphx_op_check, migraphx_unsupported, optimize_graph,
+)
+from .static import StaticShapes, bucket_file, write_static_buckets
+from .static_decoder import check_capacity, static_trace_spec, validate_static, write_decoder_graphs
 from .tasks import TEXT_GENERATION, check_supported, infer_task, normalize_task
 from .validate import DEFAULT_ATOL, validate_export
 from .wrappers import trace_spec
 
 logger = logging.getLogger(__name__)
 
-ONNX_FILE = "model.onnx"
-METADATA_FILE = "amdx_export.json"
+
+class _NoTorchvisionNotice(logging.Filter):
+    """Drop torch.onnx's "torchvision is not installed. Skipping torchvision::nms" notices.
+
+    torch.onnx logs one per torchvision op while building its op registry on every first export;
+    our models use no torchvision ops, so the notices only alarm users.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("torchvision is not installed")
+
+
+logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(_NoTorchvisionNotice())
+
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16}
 _TWO_GB = 2 * 1024**3
 DEFAULT_OPSET = 18
@@ -57,11 +76,11 @@ def _auto_class(task: str):
             "text-classification": AutoModelForSequenceClassification}[task]
 
 
-def resolve_source(model: str | os.PathLike) -> Path:
+def resolve_source(model: str | os.PathLike, allow_pickle: bool = False) -> Path:
     """A local folder for a model id, folder or the word `default` (via `optimum_amdx.models`)."""
     from ..models import resolve_model
 
-    return Path(resolve_model(str(model)))
+    return Path(resolve_model(str(model), allow_pickle=allow_pickle))
 
 
 def load_config(folder: Path, trust_remote_code: bool = False):
@@ -160,6 +179,7 @@ def export_model(
     overwrite: bool = False,
     tokenizer: Any = None,
     trust_remote_code: bool = False,
+    allow_pickle: bool = False,
 ) -> ExportResult:
     """Export a transformers model to an ONNX folder for ONNX Runtime (MIGraphX, ROCm, CUDA or CPU).
 
@@ -170,7 +190,9 @@ def export_model(
     "basic" | "extended"; the optimized graph holds ONNX Runtime contrib ops, so it is checked by
     loading it in ONNX Runtime during validation instead), validation against PyTorch (max abs
     diff <= `atol`), optional static shape buckets. Writing is atomic; an existing non-empty `output` needs `overwrite=True`.
+    `allow_pickle=True` lets a source folder with only .bin/.pt weights load (pickle runs code: trusted sources only).
     """
+    require_onnx_packages("onnx", "onnxruntime", "onnxscript")
     import onnx
 
     if dtype not in DTYPES:
@@ -186,27 +208,31 @@ def export_model(
     if isinstance(model, torch.nn.Module):
         config = model.config
     else:
-        source = resolve_source(model)
+        source = resolve_source(model, allow_pickle)
         config = load_config(source, trust_remote_code)
     task = normalize_task(task) if task else infer_task(config)
     check_supported(config, task)
-    if static_shapes is not None and task == TEXT_GENERATION:
-        raise InvalidArgumentError(
-            "Static shape buckets apply to encoder tasks (feature-extraction, text-classification). Decoder graphs keep "
-            "dynamic sequence and past lengths; MIGraphX compiles each new shape once and reuses it with "
-            "provider_options={'migraphx_model_cache_dir': ...}."
-        )
+    static_decoder = static_shapes is not None and task == TEXT_GENERATION
+    if static_decoder:
+        static_shapes = StaticShapes(static_shapes.batch_sizes, static_shapes.sequence_lengths,
+                                     check_capacity(config, static_shapes))
+    elif static_shapes is not None and static_shapes.capacity is not None:
+        raise InvalidArgumentError("--static-shapes capacity=... applies to decoders (text-generation) only.")
 
     if source is not None:
         torch_model = _auto_class(task).from_pretrained(
-            source, dtype=torch_dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+            source, dtype=torch_dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa",
+            use_safetensors=None if allow_pickle else True,
         )
     else:
         first = next(model.parameters(), None)
         same = first is None or first.dtype == torch_dtype
         torch_model = model if same else copy.deepcopy(model).to(torch_dtype)  # never change the caller's model
     torch_model.eval()
-    spec = trace_spec(torch_model, task, torch_dtype)
+    if static_decoder:
+        spec = static_trace_spec(torch_model, torch_dtype, static_shapes.capacity)
+    else:
+        spec = trace_spec(torch_model, task, torch_dtype)
 
     n_bytes = sum(p.numel() * p.element_size() for p in torch_model.parameters())
     use_external = bool(external_data) or n_bytes > _TWO_GB * 0.9 or static_shapes is not None
@@ -245,10 +271,20 @@ def export_model(
 
         report = None
         tol = DEFAULT_ATOL[dtype] if atol is None else float(atol)
-        if validate:
+        if validate and static_decoder:
+            report = validate_static(raw, torch_model, torch_dtype, static_shapes.capacity, tol)
+        elif validate:
             report = validate_export(raw, torch_model, task, torch_dtype, tol)
 
-        buckets = write_static_buckets(tmp, ONNX_FILE, static_shapes) if static_shapes is not None else []
+        graph_entries = [GraphEntry(ONNX_FILE, ROLE_MAIN)]
+        buckets: list[str] = []
+        if static_decoder:
+            graph_entries += write_decoder_graphs(tmp, ONNX_FILE, static_shapes)
+        elif static_shapes is not None:
+            buckets = write_static_buckets(tmp, ONNX_FILE, static_shapes)
+            graph_entries += [GraphEntry(bucket_file(b, s), ROLE_ENCODER_BUCKET, b, s)
+                              for b in static_shapes.batch_sizes for s in static_shapes.sequence_lengths]
+        op_checks = {g.file: migraphx_op_check(tmp / g.file) for g in graph_entries}
         tok_files = _save_extras(tmp, torch_model, tokenizer, source, task)
         inputs, outputs = _graph_io(raw)
         ops = contrib_ops(raw)
@@ -264,34 +300,19 @@ def export_model(
             "external_data": use_external,
             "optimization": opt_summary,
             "contrib_ops": ops,
-            "migraphx_compatible": not migraphx_unsupported(ops),
+            "migraphx_compatible": not migraphx_unsupported(ops) and not any(c["unsupported"] for c in op_checks.values()),
             "static_shapes": static_shapes.to_dict() if static_shapes is not None else None,
             "static_bucket_files": buckets,
+            "kv_cache": (KV_STATIC if static_decoder else KV_DYNAMIC) if task == TEXT_GENERATION else None,
+            "kv_capacity": static_shapes.capacity if static_decoder else None,
+            "graphs": [dict(g.to_dict(), migraphx_unsupported_ops=op_checks[g.file]["unsupported"])
+                       for g in graph_entries],
+            "onnx_ops": op_checks[ONNX_FILE]["ops"],
             "validation": report.to_dict() if report is not None else None,
             "tokenizer_files": tok_files,
             "source": str(source) if source is not None else None,
             "versions": _versions(),
         }
-        (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+        write_metadata(tmp, metadata)
     out = Path(output).expanduser().resolve()
     return ExportResult(out, metadata)
-
-
-def read_metadata(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The amdx_export.json of an exported folder, or None when absent."""
-    path = Path(folder) / METADATA_FILE
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text())
-
-
-def parse_buckets(values: Sequence[str] | str) -> list[int]:
-    """`"1,4,8"` or `["1", "4"]` -> sorted unique positive ints, with a clear error otherwise."""
-    items = values.split(",") if isinstance(values, str) else [v for s in values for v in str(s).split(",")]
-    try:
-        nums = sorted({int(v) for v in items if v.strip()})
-    except ValueError as err:
-        raise InvalidArgumentError(f"Bucket sizes must be integers, got {values!r}.") from err
-    if not nums or nums[0] < 1:
-        raise InvalidArgumentError(f"Bucket sizes must be positive integers, got {values!r}.")
-    return nums

@@ -35,6 +35,36 @@ MIGRAPHX_CONTRIB_OPS: frozenset[str] = frozenset({
     "SkipSimplifiedLayerNormalization", "MatMulNBits", "FusedMatMul",
 })
 
+# Every op type MIGraphX's ONNX parser registers (the `operators()` lists of its src/onnx/parse_*.cpp,
+# read from ROCm/AMDMIGraphX at commit f729a52, 2026-05). A graph with an op outside this set cannot be
+# compiled by MIGraphX: ONNX Runtime would run that part on the CPU.
+MIGRAPHX_PARSED_OPS: frozenset[str] = frozenset({
+    "ATen", "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
+    "Attention", "AveragePool", "BatchNormalization", "BiasAdd", "BiasGelu", "BiasSplitGelu", "BitwiseAnd", "Cast",
+    "CastLike", "Ceil", "Celu", "Clip", "Concat", "Constant", "ConstantFill", "ConstantOfShape", "Conv",
+    "ConvInteger", "ConvTranspose", "Cos", "Cosh", "CumSum", "DepthToSpace", "DequantizeLinear", "Div", "Dropout",
+    "DynamicQuantizeLinear", "DynamicScale", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike",
+    "FastGelu", "Flatten", "Floor", "GRU", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm",
+    "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "GridSample", "GroupNorm",
+    "GroupNormalization", "GroupQueryAttention", "HardSigmoid", "HardSwish", "Hardmax", "Identity", "If",
+    "ImageScaler", "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LSTM", "LayerNormalization", "LeakyRelu",
+    "Less", "LessOrEqual", "Log", "LogSoftmax", "Loop", "LpNormalization", "LpPool", "MXFixNeuron",
+    "MXQuantizeDequantize", "MatMul", "MatMulBnb4", "MatMulInteger", "MatMulIntegerToFloat", "MatMulNBits", "Max",
+    "MaxPool", "Mean", "MeanVarianceNormalization", "Min", "Mod", "Mul", "MultiHeadAttention", "Multinomial",
+    "Neg", "NegativeLogLikelihoodLoss", "NhwcConv", "NonMaxSuppression", "NonZero", "Not", "OneHot", "Or", "PRelu",
+    "Pad", "Pow", "QLinearAdd", "QLinearAveragePool", "QLinearConcat", "QLinearConv", "QLinearGlobalAveragePool",
+    "QLinearLeakyRelu", "QLinearMatMul", "QLinearMul", "QLinearSigmoid", "QuantizeLinear", "QuickGelu", "RNN",
+    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Range", "Reciprocal", "ReduceL1",
+    "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd",
+    "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "RoiAlign", "RotaryEmbedding",
+    "Round", "Scan", "Scatter", "ScatterElements", "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign",
+    "SimplifiedLayerNormalization", "Sin", "Sinh", "Size", "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization", "Slice", "Softmax", "SoftmaxCrossEntropyLoss", "Softplus", "Softsign",
+    "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "Tile", "TopK",
+    "Transpose", "Trilu", "Unique", "Unsqueeze", "Upsample", "Where", "Xor",
+
+})
+
 # ONNX Runtime graph transformers whose outputs MIGraphX cannot run.
 _DISABLED_FOR_MIGRAPHX: tuple[str, ...] = (
     "QuickGeluFusion",          # -> com.microsoft.QuickGelu (SiLU in Llama MLPs)
@@ -73,6 +103,22 @@ def contrib_ops(path: str | Path) -> list[str]:
         if domain != "ai.onnx" or not onnx.defs.has(node.op_type):
             ops.add(f"{domain}.{node.op_type}")
     return sorted(ops)
+
+
+def migraphx_op_check(path: str | Path) -> dict:
+    """Every op type of the graph at `path` against what MIGraphX parses: `{"ops": [...], "unsupported": [...]}`.
+
+    Standard ops are checked against `MIGRAPHX_PARSED_OPS`; contrib ops against both that set and
+    `MIGRAPHX_CONTRIB_OPS` (the contrib ops we allow our optimizer to emit).
+    """
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    ops = sorted({node.op_type for node in model.graph.node})
+    contrib = {op.split(".")[-1] for op in contrib_ops(path)}
+    unsupported = [op for op in ops if op not in MIGRAPHX_PARSED_OPS
+                   or (op in contrib and op not in MIGRAPHX_CONTRIB_OPS)]
+    return {"ops": ops, "unsupported": unsupported}
 
 
 def migraphx_unsupported(ops: list[str]) -> list[str]:

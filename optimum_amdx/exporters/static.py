@@ -10,30 +10,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import InvalidArgumentError
+from .contract import encoder_bucket_file as bucket_file
 
 
 @dataclass(frozen=True)
 class StaticShapes:
-    """Batch sizes and sequence lengths to compile fixed-shape graphs for."""
+    """Batch sizes and sequence lengths to compile fixed-shape graphs for.
+
+    Encoders: one graph per (batch, sequence). Decoders: one prefill graph per (batch, prompt
+    length) and one decode graph per batch, over a KV buffer of `capacity` tokens (prompt +
+    generated; default: the longest prompt bucket + 256, at most the model's max positions).
+    """
 
     batch_sizes: tuple[int, ...]
     sequence_lengths: tuple[int, ...]
+    capacity: int | None = None
 
     def __post_init__(self) -> None:
         for name, values in (("batch_sizes", self.batch_sizes), ("sequence_lengths", self.sequence_lengths)):
             if not values or any((not isinstance(v, int)) or v < 1 for v in values):
                 raise InvalidArgumentError(f"Static shapes: {name} must be positive integers, got {values!r}.")
+        if self.capacity is not None and (not isinstance(self.capacity, int) or self.capacity < 2):
+            raise InvalidArgumentError(f"Static shapes: capacity must be an integer >= 2, got {self.capacity!r}.")
         object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
         object.__setattr__(self, "sequence_lengths", tuple(sorted(set(self.sequence_lengths))))
 
     def to_dict(self) -> dict:
-        return {"batch_sizes": list(self.batch_sizes), "sequence_lengths": list(self.sequence_lengths)}
+        data = {"batch_sizes": list(self.batch_sizes), "sequence_lengths": list(self.sequence_lengths)}
+        if self.capacity is not None:
+            data["capacity"] = self.capacity
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "StaticShapes":
-        return cls(tuple(data["batch_sizes"]), tuple(data["sequence_lengths"]))
+        return cls(tuple(data["batch_sizes"]), tuple(data["sequence_lengths"]), data.get("capacity"))
 
     def bucket_for(self, batch: int, seq: int) -> tuple[int, int]:
         """Smallest (batch, seq) bucket holding the input; a clear error when none does."""
@@ -46,11 +59,6 @@ class StaticShapes:
                 "batch, or re-export with larger --static-shapes."
             )
         return b, s
-
-
-def bucket_file(batch: int, seq: int) -> str:
-    """File name of the graph for one bucket."""
-    return f"model_b{batch}_s{seq}.onnx"
 
 
 def write_static_buckets(folder: Path, onnx_file: str, shapes: StaticShapes) -> list[str]:
@@ -73,3 +81,15 @@ def write_static_buckets(folder: Path, onnx_file: str, shapes: StaticShapes) -> 
             onnx.save(model, str(folder / name))
             written.append(name)
     return written
+
+
+def parse_buckets(values: Sequence[str] | str) -> list[int]:
+    """`"1,4,8"` or `["1", "4"]` -> sorted unique positive ints, with a clear error otherwise."""
+    items = values.split(",") if isinstance(values, str) else [v for s in values for v in str(s).split(",")]
+    try:
+        nums = sorted({int(v) for v in items if v.strip()})
+    except ValueError as err:
+        raise InvalidArgumentError(f"Bucket sizes must be integers, got {values!r}.") from err
+    if not nums or nums[0] < 1:
+        raise InvalidArgumentError(f"Bucket sizes must be positive integers, got {values!r}.")
+    return nums

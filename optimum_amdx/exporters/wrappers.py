@@ -14,35 +14,8 @@ import torch
 from torch.export import Dim
 from transformers import DynamicCache
 
+from .contract import DecoderShape, decoder_shape, past_names, present_names  # noqa: F401 - re-exported
 from .tasks import FEATURE_EXTRACTION, TEXT_CLASSIFICATION, TEXT_GENERATION
-
-
-@dataclass(frozen=True)
-class DecoderShape:
-    """What the decoder graph's KV inputs look like: layers, KV heads and head size."""
-
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-
-
-def decoder_shape(config) -> DecoderShape:
-    """Read the KV-cache geometry from a decoder config (handles GQA and explicit head_dim)."""
-    text = config.get_text_config(decoder=True)
-    heads = text.num_attention_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    return DecoderShape(text.num_hidden_layers, kv_heads, head_dim)
-
-
-def past_names(num_layers: int) -> list[str]:
-    """Graph input names of the past key/values, in the flat order the wrapper takes them."""
-    return [f"past_key_values.{i}.{kind}" for i in range(num_layers) for kind in ("key", "value")]
-
-
-def present_names(num_layers: int) -> list[str]:
-    """Graph output names of the present key/values, same order as `past_names`."""
-    return [f"present.{i}.{kind}" for i in range(num_layers) for kind in ("key", "value")]
 
 
 class DecoderWithPast(torch.nn.Module):

@@ -67,8 +67,13 @@ class TensorBinder:
         output_shapes: Mapping[str, tuple[int, ...]],
         output_dtypes: Mapping[str, torch.dtype],
         device: torch.device,
+        out: Mapping[str, torch.Tensor] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Bind every input and preallocated output, run, and return the output tensors."""
+        """Bind every input and preallocated output, run, and return the output tensors.
+
+        `out` gives tensors to write outputs into (e.g. the spare half of a double-buffered KV
+        cache); other outputs are allocated here.
+        """
         binding = self.session.io_binding()
         keep = []
         for name, tensor in inputs.items():
@@ -77,9 +82,13 @@ class TensorBinder:
             binding.bind_input(name, self.device_type, self.device_id, _NP_TYPES[t.dtype], tuple(t.shape), self._pointer(t))
         outputs = {}
         for name, shape in output_shapes.items():
-            out = torch.empty(shape, dtype=output_dtypes[name], device=device)
-            outputs[name] = out
-            binding.bind_output(name, self.device_type, self.device_id, _NP_TYPES[out.dtype], tuple(shape), out.data_ptr())
+            given = (out or {}).get(name)
+            if given is not None and (tuple(given.shape) != tuple(shape) or not given.is_contiguous()):
+                raise ValueError(f"Output buffer for {name} has shape {tuple(given.shape)}, expected {tuple(shape)}.")
+            tensor = given if given is not None else torch.empty(shape, dtype=output_dtypes[name], device=device)
+            outputs[name] = tensor
+            binding.bind_output(name, self.device_type, self.device_id, _NP_TYPES[tensor.dtype], tuple(shape),
+                                tensor.data_ptr())
         if self.device_type != "cpu":
             binding.synchronize_inputs()
         self.session.run_with_iobinding(binding)

@@ -14,8 +14,10 @@ from typing import Any, Mapping
 
 import torch
 
-from ..errors import ExportValidationError, InvalidArgumentError, ModelNotFoundError, UnsupportedModelError
-from ..exporters.convert import METADATA_FILE, ONNX_FILE
+from ..errors import (
+    ExportValidationError, InvalidArgumentError, ModelNotFoundError, OutputExistsError, UnsupportedModelError,
+)
+from ..exporters.contract import METADATA_FILE, ONNX_FILE, read_metadata, require_onnx_packages
 from ..exporters.tasks import check_supported
 from .providers import CPU, GPU_PROVIDERS, choose_provider, provider_options, verify_session
 
@@ -34,8 +36,7 @@ def _check_folder(folder: Path, expected_task: str) -> dict[str, Any] | None:
             f"ONNX model folder {folder} has no {ONNX_FILE}. Export it first: "
             f"`optimum-cli export rocm --model <id|dir> {folder}` (or from_pretrained(..., export=True))."
         )
-    meta_path = folder / METADATA_FILE
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else None
+    meta = read_metadata(folder)
     if meta is not None and meta.get("task") not in (None, expected_task):
         raise UnsupportedModelError(
             f"{folder} holds a {meta['task']!r} export, but this class runs {expected_task!r}. "
@@ -78,9 +79,12 @@ class ORTSessionMixin:
         allow_fallback: bool,
         onnx_file: str = ONNX_FILE,
     ) -> None:
+        require_onnx_packages("onnxruntime")
         import onnxruntime as ort
 
         self.model_path = folder
+        self._provider_args = (provider, provider_opts, session_options, allow_fallback)
+        self._graph_sessions: dict[str, Any] = {}
         self.requested_provider = choose_provider(provider)
         opts = provider_options(self.requested_provider, provider_opts)
         providers = [(self.requested_provider, opts)]
@@ -116,22 +120,53 @@ class ORTSessionMixin:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
+    def graph_session(self, onnx_file: str):
+        """A session (same provider and options, verified the same way) for another graph file of the export.
+
+        Created on first use and kept: MIGraphX compiles each fixed-shape graph once.
+        """
+        if onnx_file not in self._graph_sessions:
+            sibling = object.__new__(type(self))
+            provider, opts, sess_opts, allow = self._provider_args
+            sibling._init_session(self.model_path, provider, opts, sess_opts, False, allow, onnx_file=onnx_file)
+            self._graph_sessions[onnx_file] = sibling.session
+        return self._graph_sessions[onnx_file]
+
     @property
     def providers(self) -> list[str]:
         """Providers of the live session, as ONNX Runtime reports them."""
         return list(self.session.get_providers())
 
     def save_pretrained(self, save_directory: str | os.PathLike, overwrite: bool = True) -> Path:
-        """Copy the exported folder (graph, weights, config, tokenizer) to `save_directory`."""
-        from ..io import atomic_output_dir
+        """Copy the export's own files (graphs, weights, config, tokenizer, metadata) into `save_directory`.
+
+        Like transformers, this adds to the folder: files that are not part of the export are never
+        touched. Each file is written to a temporary name and renamed, so an interrupted save leaves
+        no half-written file. With `overwrite=False`, existing files of the same names are an error.
+        """
+        from ..errors import OutputExistsError
+        from ..exporters.contract import export_files
 
         target = Path(save_directory).expanduser().resolve()
         if target == self.model_path.resolve():
             return target
-        with atomic_output_dir(target, overwrite) as tmp:
-            for item in self.model_path.iterdir():
-                if item.is_file():
-                    shutil.copy2(item, tmp / item.name)
+        if target.exists() and not target.is_dir():
+            raise OutputExistsError(f"save_pretrained target {target} is a file; give a folder path.")
+        names = export_files(self.model_path, self.metadata)
+        clash = [n for n in names if (target / n).exists()]
+        if clash and not overwrite:
+            raise OutputExistsError(
+                f"{target} already has {', '.join(clash)}; pass overwrite=True to replace those files (others are kept)."
+            )
+        target.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            staged = target / f".{name}.tmp-{os.getpid()}"
+            try:
+                shutil.copyfile(self.model_path / name, staged)
+                os.replace(staged, target / name)
+            except BaseException:
+                staged.unlink(missing_ok=True)
+                raise
         return target
 
     def _open_folder(self, model_path: str | os.PathLike) -> Path:
@@ -160,11 +195,23 @@ class ORTSessionMixin:
     ):
         """Load an exported folder; with `export=True`, export a PyTorch model (id, folder, `default`) first.
 
+        `model_id` may also be a loaded transformers model with `export=True`: it is exported into a
+        temporary folder removed when the returned object is garbage-collected. On-the-fly exports
+        of ids/folders are cached in our cache, or in `cache_dir/optimum_amdx_onnx/` when given
+        (never in `cache_dir` itself, which may be a shared cache root).
+
         `provider` is one of MIGraphX, ROCm, CUDA, CPU (full or short name); when None the first
         available in that order is used. `allow_fallback=True` turns a GPU provider's silent
         fallback to CPU into a warning instead of an error. Other keyword arguments go to the class
         (e.g. `use_static_shapes` for the encoders).
         """
+        init_args = (provider, provider_options, session_options, use_io_binding, allow_fallback)
+        if hasattr(model_id, "config") and hasattr(model_id, "state_dict"):
+            if not export:
+                raise InvalidArgumentError(
+                    f"from_pretrained got a loaded {type(model_id).__name__}; pass export=True to export it to ONNX."
+                )
+            return cls._from_model_object(model_id, export_kwargs, init_args, kwargs)
         folder = cls._resolve_folder(model_id, export, export_kwargs, cache_dir)
         return cls(folder, provider, provider_options, session_options, use_io_binding, allow_fallback, **kwargs)
 
@@ -192,19 +239,51 @@ class ORTSessionMixin:
         if source is not None:
             return source.resolve()
         from ..exporters import export_model
-
         from ..models.cache import file_lock
 
         src = resolve_model(str(model_id))
-        out = Path(cache_dir) if cache_dir else _export_cache_dir(src, cls.task, export_kwargs)
+        out = _export_cache_dir(src, cls.task, export_kwargs, cache_dir)
         with file_lock(out.with_name(out.name + ".lock")):
-            if not ((out / ONNX_FILE).is_file() and (out / METADATA_FILE).is_file()):
-                export_model(src, out, task=cls.task, overwrite=True, **dict(export_kwargs or {}))
+            if (out / ONNX_FILE).is_file() and (out / METADATA_FILE).is_file():
+                return out
+            if out.is_dir() and any(out.iterdir()):
+                raise OutputExistsError(
+                    f"{out} exists but is not a complete optimum-amdx export, so it is left alone. Delete it (or pass "
+                    "another cache_dir) to export again."
+                )
+            export_model(src, out, task=cls.task, **dict(export_kwargs or {}))
         return out
 
+    @classmethod
+    def _from_model_object(cls, model: Any, export_kwargs: Mapping[str, Any] | None, init_args: tuple,
+                           kwargs: Mapping[str, Any]):
+        """Export a loaded transformers model into a temporary folder that lives as long as the returned object."""
+        import tempfile
+        import weakref
 
-def _export_cache_dir(src: Path, task: str, export_kwargs: Mapping[str, Any] | None) -> Path:
-    """A stable cache folder for an on-the-fly export, keyed by source folder (and its files), task and options."""
+        from ..exporters import export_model
+
+        tmp = Path(tempfile.mkdtemp(prefix="amdx-onnx-"))
+        try:
+            export_model(model, tmp / "model", task=cls.task, **dict(export_kwargs or {}))
+            instance = cls(tmp / "model", *init_args, **kwargs)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        weakref.finalize(instance, shutil.rmtree, str(tmp), True)
+        return instance
+
+
+EXPORT_SUBFOLDER = "optimum_amdx_onnx"
+
+
+def _export_cache_dir(src: Path, task: str, export_kwargs: Mapping[str, Any] | None,
+                      root: str | os.PathLike | None = None) -> Path:
+    """The folder of an on-the-fly export, keyed by source folder (and its files), task and options.
+
+    It lies in our own cache, or with `cache_dir=D` in `D/optimum_amdx_onnx/`: a subfolder we own,
+    so a shared cache root (such as the Hugging Face hub cache) is never replaced or cleaned.
+    """
     import hashlib
 
     from ..models.cache import cache_dir
@@ -212,4 +291,5 @@ def _export_cache_dir(src: Path, task: str, export_kwargs: Mapping[str, Any] | N
     stamps = sorted((p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in src.glob("*") if p.is_file())
     key = json.dumps([str(src.resolve()), task, sorted((export_kwargs or {}).items(), key=str), stamps], default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return cache_dir() / "onnx" / f"{src.name}-{task}-{digest}"
+    base = cache_dir() / "onnx" if root is None else Path(root).expanduser().resolve() / EXPORT_SUBFOLDER
+    return base / f"{src.name}-{task}-{digest}"

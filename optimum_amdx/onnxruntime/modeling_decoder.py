@@ -21,9 +21,12 @@ from transformers import DynamicCache, GenerationConfig, GenerationMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..exporters.tasks import TEXT_GENERATION
-from ..exporters.wrappers import decoder_shape, past_names, present_names
+from ..errors import InvalidArgumentError
+from ..exporters.contract import KV_STATIC, decode_file, decoder_input_names, decoder_shape, past_names, present_names
+from ..exporters.static import StaticShapes
 from .binding import TensorBinder
 from .modeling_base import ORTSessionMixin
+from .static_cache import StaticDecoderRunner, StaticKVCache
 
 _ORT_TO_TORCH = {"tensor(float)": torch.float32, "tensor(float16)": torch.float16, "tensor(bfloat16)": torch.bfloat16}
 
@@ -47,6 +50,7 @@ class ORTModelForCausalLM(ORTSessionMixin, GenerationMixin):
         session_options: Any = None,
         use_io_binding: bool | None = None,
         allow_fallback: bool = False,
+        use_static_shapes: bool | None = None,
     ) -> None:
         folder = self._open_folder(model_path)
         self.generation_config = (
@@ -54,13 +58,29 @@ class ORTModelForCausalLM(ORTSessionMixin, GenerationMixin):
             if (folder / "generation_config.json").is_file()
             else GenerationConfig.from_model_config(self.config)
         )
-        self._init_session(folder, provider, provider_options, session_options, use_io_binding, allow_fallback)
+        meta = self.metadata or {}
+        self.static_cache = meta.get("kv_cache") == KV_STATIC
+        if use_static_shapes and not self.static_cache:
+            raise InvalidArgumentError(
+                f"use_static_shapes=True but {folder} holds a dynamic-cache decoder; re-export it with "
+                "--static-shapes batch=1,sequence=64,capacity=512 (sizes to taste)."
+            )
+        # Static exports run their fixed-shape bucket graphs (what MIGraphX needs) unless asked not to; then the
+        # same fixed-capacity graph runs from model.onnx with one session for every bucket (less memory on CPU).
+        self.use_static_shapes = self.static_cache and use_static_shapes is not False
+        onnx_file = "model.onnx"
+        if self.use_static_shapes:
+            onnx_file = decode_file(StaticShapes.from_dict(meta["static_shapes"]).batch_sizes[0])
+        self._init_session(folder, provider, provider_options, session_options, use_io_binding, allow_fallback,
+                           onnx_file=onnx_file)
+        if self.use_static_shapes:
+            self._graph_sessions[onnx_file] = self.session
         shape = decoder_shape(self.config)
         self.num_layers, self.num_kv_heads, self.head_dim = shape.num_layers, shape.num_kv_heads, shape.head_dim
         self._past_names = past_names(self.num_layers)
         self._present_names = present_names(self.num_layers)
         types = {i.name: i.type for i in self.session.get_inputs()}
-        expected = ["input_ids", "attention_mask", "position_ids", *self._past_names]
+        expected = decoder_input_names(self.num_layers, static=self.static_cache)
         if [n for n in expected if n not in types]:
             from ..errors import ExportValidationError
 
@@ -72,7 +92,7 @@ class ORTModelForCausalLM(ORTSessionMixin, GenerationMixin):
         logits_shape = self.session.get_outputs()[0].shape
         self.vocab_size = logits_shape[-1] if isinstance(logits_shape[-1], int) else self.config.vocab_size
         self._binder = TensorBinder(self.session, self.provider, self.device_id) if self.use_io_binding else None
-
+        self._static = StaticDecoderRunner(self, meta, self.use_static_shapes) if self.static_cache else None
 
     @classmethod
     def can_generate(cls) -> bool:
@@ -105,6 +125,21 @@ class ORTModelForCausalLM(ORTSessionMixin, GenerationMixin):
     def __call__(self, *args: Any, **kwargs: Any) -> CausalLMOutputWithPast:
         return self.forward(*args, **kwargs)
 
+    def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None,
+                 **kwargs: Any):
+        """transformers' `generate()`; on a static-cache export, first checks the request fits the buckets and capacity."""
+        if self._static is not None:
+            ids = inputs if inputs is not None else kwargs.get("input_ids")
+            if ids is not None and ids.dim() == 2:
+                config = generation_config or self.generation_config
+                beams = int(kwargs.get("num_beams") or getattr(config, "num_beams", 1) or 1)
+                returned = int(kwargs.get("num_return_sequences") or getattr(config, "num_return_sequences", 1) or 1)
+                new = kwargs.get("max_new_tokens") or getattr(config, "max_new_tokens", None)
+                if new is None:
+                    new = (kwargs.get("max_length") or getattr(config, "max_length", 20) or 20) - ids.shape[1]
+                self._static.check_generation(ids.shape[0] * max(beams, returned), ids.shape[1], int(new))
+        return super().generate(inputs, generation_config, **kwargs)
+
     def _empty_past(self, batch: int) -> torch.Tensor:
         return torch.empty((batch, self.num_kv_heads, 0, self.head_dim), dtype=self._dtype, device=self.device)
 
@@ -118,8 +153,14 @@ class ORTModelForCausalLM(ORTSessionMixin, GenerationMixin):
         return_dict: bool = True,
         **kwargs: Any,
     ) -> CausalLMOutputWithPast:
-        """One graph run: prefill (empty cache) or decode; returns logits and the updated cache."""
+        """One graph run: prefill (empty cache) or decode; returns logits and the updated cache.
+
+        Static-cache exports return the logits of the last position only (all `generate()` uses)
+        and a `StaticKVCache`.
+        """
         use_cache = True if use_cache is None else use_cache
+        if self._static is not None:
+            return self._static_forward(input_ids, attention_mask, past_key_values, use_cache)
         input_ids = input_ids.to(self.device)
         batch, seq = input_ids.shape
         cache = past_key_values
@@ -130,8 +171,6 @@ class ORTModelForCausalLM(ORTSessionMixin, GenerationMixin):
             attention_mask = torch.ones(batch, past_len + seq, dtype=torch.int64, device=self.device)
         attention_mask = attention_mask.to(self.device, torch.int64)
         if attention_mask.shape[-1] != past_len + seq:
-            from ..errors import InvalidArgumentError
-
             raise InvalidArgumentError(
                 f"attention_mask has length {attention_mask.shape[-1]}, expected past ({past_len}) + new tokens ({seq})."
             )
@@ -170,6 +209,18 @@ class ORTModelForCausalLM(ORTSessionMixin, GenerationMixin):
                 if not layer.is_initialized:
                     layer.lazy_initialization(key, value)
                 layer.keys, layer.values = key, value
+        return CausalLMOutputWithPast(logits=logits, past_key_values=cache if use_cache else None)
+
+    def _static_forward(self, input_ids, attention_mask, past_key_values, use_cache: bool) -> CausalLMOutputWithPast:
+        if isinstance(past_key_values, StaticKVCache) and use_cache:
+            logits = self._static.decode(input_ids, attention_mask, past_key_values)
+            return CausalLMOutputWithPast(logits=logits, past_key_values=past_key_values)
+        if past_key_values is not None and past_key_values.get_seq_length() > 0:
+            raise InvalidArgumentError(
+                "A static-cache export continues only its own StaticKVCache; got a "
+                f"{type(past_key_values).__name__} holding {past_key_values.get_seq_length()} tokens."
+            )
+        logits, cache = self._static.prefill(input_ids, attention_mask)
         return CausalLMOutputWithPast(logits=logits, past_key_values=cache if use_cache else None)
 
     def __repr__(self) -> str:

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOutput
 
-from ..exporters.static import StaticShapes, bucket_file
+from ..exporters.contract import encoder_bucket_file as bucket_file
+from ..exporters.static import StaticShapes
 from ..exporters.tasks import FEATURE_EXTRACTION, TEXT_CLASSIFICATION
 from .binding import TensorBinder
 from .modeling_base import ORTSessionMixin
@@ -39,7 +40,6 @@ class _ORTEncoder(ORTSessionMixin):
         use_static_shapes: bool | None = None,
     ) -> None:
         folder = self._open_folder(model_path)
-        self._provider_args = (provider, provider_options, session_options, use_io_binding, allow_fallback)
         self._init_session(folder, provider, provider_options, session_options, use_io_binding, allow_fallback)
         meta_shapes = (self.metadata or {}).get("static_shapes")
         self.static_shapes = StaticShapes.from_dict(meta_shapes) if meta_shapes else None
@@ -53,7 +53,6 @@ class _ORTEncoder(ORTSessionMixin):
                 "--static-shapes batch=1,8 sequence=128,512."
             )
         self.use_static_shapes = bool(use_static_shapes)
-        self._bucket_sessions: dict[tuple[int, int], Any] = {}
         self._binder = TensorBinder(self.session, self.provider, self.device_id) if self.use_io_binding else None
 
 
@@ -79,15 +78,6 @@ class _ORTEncoder(ORTSessionMixin):
     def __call__(self, *args: Any, **kwargs: Any):
         return self.forward(*args, **kwargs)
 
-    def _bucket_session(self, batch: int, seq: int):
-        key = (batch, seq)
-        if key not in self._bucket_sessions:
-            sibling = object.__new__(type(self))
-            provider, opts, sess_opts, _, allow = self._provider_args
-            sibling._init_session(self.model_path, provider, opts, sess_opts, False, allow, onnx_file=bucket_file(*key))
-            self._bucket_sessions[key] = sibling.session
-        return self._bucket_sessions[key]
-
     def _run(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         batch, seq = inputs["input_ids"].shape
         if self.use_static_shapes:
@@ -97,7 +87,7 @@ class _ORTEncoder(ORTSessionMixin):
                 buf = torch.zeros((b, s), dtype=torch.int64)
                 buf[:batch, :seq] = t.cpu()
                 padded[name] = buf
-            session = self._bucket_session(b, s)
+            session = self.graph_session(bucket_file(b, s))
             out = session.run(None, {k: v.numpy() for k, v in padded.items()})[0]
             out = torch.from_numpy(out)[:batch]
             return (out[:, :seq] if out.dim() == 3 else out).to(self.device)

@@ -135,6 +135,15 @@ def qwen2_onnx(tmp_path_factory, tiny_qwen2_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def llama_static_onnx(tmp_path_factory, tiny_llama_dir) -> Path:
+    """Tiny Llama with a fixed-capacity KV cache: prompt buckets 8 and 16, batch buckets 1 and 2, 40 slots."""
+    from optimum_amdx.exporters import StaticShapes, export_model
+
+    return export_model(tiny_llama_dir, tmp_path_factory.mktemp("llama-static") / "out",
+                        static_shapes=StaticShapes((1, 2), (8, 16), capacity=40)).output_dir
+
+
+@pytest.fixture(scope="session")
 def bert_onnx(tmp_path_factory, tiny_bert_dir) -> Path:
     from optimum_amdx.exporters import StaticShapes, export_model
 

@@ -9,6 +9,10 @@ import sys
 NAME = "export"
 HELP = "Export a transformers model to ONNX for ONNX Runtime on AMD GPUs (MIGraphX / ROCm EP) or the CPU."
 
+_SHAPE_KEYS = {"batch": "batch", "batch_size": "batch", "batch_sizes": "batch", "seq": "sequence",
+               "sequence": "sequence", "sequence_length": "sequence", "sequence_lengths": "sequence",
+               "capacity": "capacity", "kv_capacity": "capacity", "max_length": "capacity"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of the export command (no heavy imports here)."""
@@ -21,36 +25,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (17-23).")
     parser.add_argument("--optimize", nargs="?", const="extended", default=None, choices=("basic", "extended"),
                         help="Apply ONNX Runtime graph optimization, keeping MIGraphX-runnable ops (default level: extended).")
-    parser.add_argument("--static-shapes", nargs="+", default=None, metavar="KEY=SIZES",
-                        help="Fixed-shape graphs for MIGraphX (encoders): e.g. batch=1,8 sequence=128,512.")
+    parser.add_argument("--static-shapes", action="append", default=None, metavar="KEY=SIZES[,KEY=SIZES]",
+                        help="Fixed-shape graphs for MIGraphX, one value or repeated: e.g. "
+                             "--static-shapes batch=1,8,sequence=128,512 (encoders); decoders add the KV cache "
+                             "capacity: --static-shapes batch=1,4,sequence=64,256,capacity=1024.")
     parser.add_argument("--external-data", action="store_true",
                         help="Store weights in model.onnx.data (automatic above 2 GB).")
     parser.add_argument("--atol", type=float, default=None,
-                        help="Validation tolerance: max abs diff vs PyTorch (default 1e-3 fp32, 5e-2 fp16).")
+                        help="Validation tolerance: max abs diff vs PyTorch (default 1e-3 fp32; fp16 is compared "
+                             "with PyTorch's own fp16 error, see the README).")
     parser.add_argument("--no-validate", dest="validate", action="store_false", help="Skip validation against PyTorch.")
     parser.add_argument("--overwrite", action="store_true", help="Replace a non-empty output folder.")
     parser.add_argument("--trust-remote-code", action="store_true", help="Allow custom model code from the Hub.")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="Allow loading .bin/.pt weights (runs pickle: trusted sources only).")
     parser.add_argument("--json", action="store_true", help="Print the export metadata as JSON.")
 
 
-def _static_shapes(items: list[str] | None):
+def parse_static_shapes(items: list[str] | None):
+    """`["batch=1,8,sequence=128,512"]` (or the pairs spread over several values) -> `StaticShapes`.
+
+    A comma-separated token with `=` starts a new key; tokens without one add sizes to the last key.
+    """
     from optimum_amdx.errors import InvalidArgumentError
-    from optimum_amdx.exporters import StaticShapes
-    from optimum_amdx.exporters.convert import parse_buckets
+    from optimum_amdx.exporters.static import StaticShapes, parse_buckets
 
     if not items:
         return None
-    values: dict[str, list[int]] = {}
-    for item in items:
-        key, sep, sizes = item.partition("=")
-        key = {"batch": "batch", "batch_size": "batch", "batch_sizes": "batch", "seq": "sequence",
-               "sequence": "sequence", "sequence_length": "sequence", "sequence_lengths": "sequence"}.get(key.strip())
-        if not sep or key is None:
-            raise InvalidArgumentError(f"--static-shapes entry {item!r}: expected batch=1,8 or sequence=128,512.")
-        values[key] = parse_buckets(sizes)
-    if set(values) != {"batch", "sequence"}:
-        raise InvalidArgumentError("--static-shapes needs both batch=... and sequence=... (e.g. batch=1,8 sequence=128,512).")
-    return StaticShapes(tuple(values["batch"]), tuple(values["sequence"]))
+    example = "e.g. --static-shapes batch=1,8,sequence=128,512 (decoders: add ,capacity=1024)"
+    values: dict[str, list[str]] = {}
+    key = None
+    for token in ",".join(items).replace(" ", ",").split(","):
+        if not token.strip():
+            continue
+        if "=" in token:
+            name, _, token = token.partition("=")
+            key = _SHAPE_KEYS.get(name.strip().lower())
+            if key is None:
+                raise InvalidArgumentError(f"--static-shapes: unknown key {name!r}; expected batch, sequence or "
+                                           f"capacity ({example}).")
+            if key in values:
+                raise InvalidArgumentError(f"--static-shapes: {key} is given twice ({example}).")
+            values[key] = []
+        if key is None:
+            raise InvalidArgumentError(f"--static-shapes: {token!r} has no key; {example}.")
+        values[key].append(token)
+    if not {"batch", "sequence"} <= set(values):
+        raise InvalidArgumentError(f"--static-shapes needs both batch=... and sequence=... ({example}).")
+    capacity = None
+    if "capacity" in values:
+        sizes = parse_buckets(values["capacity"])
+        if len(sizes) != 1:
+            raise InvalidArgumentError(f"--static-shapes: capacity takes one size, got {values['capacity']}.")
+        capacity = sizes[0]
+    return StaticShapes(tuple(parse_buckets(values["batch"])), tuple(parse_buckets(values["sequence"])), capacity)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,8 +90,9 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     result = export_model(
         args.model, args.output, task=args.task, dtype=args.dtype, opset=args.opset, optimize=args.optimize,
-        static_shapes=_static_shapes(args.static_shapes), external_data=True if args.external_data else None,
+        static_shapes=parse_static_shapes(args.static_shapes), external_data=True if args.external_data else None,
         atol=args.atol, validate=args.validate, overwrite=args.overwrite, trust_remote_code=args.trust_remote_code,
+        allow_pickle=args.allow_pickle,
     )
     meta = result.metadata
     if args.json:
@@ -71,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         val = meta.get("validation")
         check = f"max abs diff {val['max_abs_diff']:.2e} <= atol {val['atol']:g}" if val else "not validated"
-        print(f"Exported {meta['model_type']} ({meta['task']}, {meta['dtype']}, opset {meta['opset']}) to "
+        graphs = meta.get("graphs") or []
+        extra = f", {len(graphs)} graphs" if len(graphs) > 1 else ""
+        print(f"Exported {meta['model_type']} ({meta['task']}, {meta['dtype']}, opset {meta['opset']}{extra}) to "
               f"{result.output_dir} in {time.perf_counter() - start:.0f}s; {check}; "
               f"MIGraphX-compatible ops: {'yes' if meta['migraphx_compatible'] else 'no'}.", file=sys.stdout)
     return 0
