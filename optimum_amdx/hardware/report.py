@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import platform
+import re
 import sys
 from dataclasses import asdict, dataclass
 
@@ -11,6 +13,12 @@ from .runtimes import onnxruntime_info, triton_info
 from .system import numa_balancing, tunableop_state, visible_device_vars
 
 SCHEMA = "optimum-amdx.env/1"
+# packages the default model needs (transformers reads its GGUF with them) and their lowest working versions
+REQUIRED_FOR_DEFAULT_MODEL = {"accelerate": "1.1", "gguf": "0.17.1"}
+# optional packages -> the extra that installs them
+OPTIONAL_PACKAGES = {"onnx": "onnx", "onnxscript": "onnx", "datasets": "data", "deepspeed": "deepspeed",
+                     "matplotlib": "benchmark"}
+_DEVICE_ITEM = re.compile(r"\d+|GPU-[0-9A-Za-z-]+|MIG-[0-9A-Za-z/-]+")
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,36 @@ class Problem:
     fix: str
 
 
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the packages the report checks (None when missing)."""
+    versions: dict[str, str | None] = {}
+    for name in list(REQUIRED_FOR_DEFAULT_MODEL) + list(OPTIONAL_PACKAGES):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
+
+
+def _visible_value_problem(name: str, value: str) -> Problem | None:
+    """A visible-device variable whose value hides GPUs by mistake (HIP/ROCr stop at the first bad entry)."""
+    items = [item.strip() for item in value.split(",")]
+    if value.strip() in ("", "-1"):
+        return Problem("warning", f"{name}={value!r} hides every GPU from the programs started here.",
+                       f"unset {name} to see all GPUs, or list the ones to use, e.g. export {name}=0,1")
+    bad = [item for item in items if not _DEVICE_ITEM.fullmatch(item)]
+    if bad or len(set(items)) != len(items):
+        what = f"entries {', '.join(repr(b) for b in bad)} are not" if bad else "entries repeat; each must be"
+        return Problem("error", f"{name}={value!r}: {what} a GPU index (0, 1, ...) or UUID (GPU-...); the runtime "
+                       "ignores the list from the first bad entry on, so GPUs silently disappear.",
+                       f"export {name}=0,1 (indices as `amd-smi list` or `rocm-smi` show them), or unset {name}")
+    return None
+
+
 def find_problems(report: dict) -> list[Problem]:
     """The problems a report shows. Pure function of the report, so it is testable with any facts."""
     problems: list[Problem] = []
@@ -30,6 +68,22 @@ def find_problems(report: dict) -> list[Problem]:
     ort = report["onnxruntime"]
     env_vars = {v["name"]: v["value"] for v in report["visible_devices"]}
 
+    packages = report.get("packages", {})  # absent in reports made before the check existed
+    for name, minimum in REQUIRED_FOR_DEFAULT_MODEL.items():
+        if name not in packages:
+            continue
+        found = packages[name]
+        if found is None or _version_tuple(found) < _version_tuple(minimum):
+            have = "is not installed" if found is None else f"is {found}, older than {minimum}"
+            problems.append(Problem(
+                "error", f"{name} {have}: the default model (a GGUF file, read by transformers) and any GGUF model "
+                "cannot load.", f"pip install '{name}>={minimum}' (a core dependency: reinstalling optimum-amdx "
+                "brings it)"))
+    for name, value in env_vars.items():
+        if value is not None:
+            problem = _visible_value_problem(name, value)
+            if problem is not None:
+                problems.append(problem)
     if report.get("numa_balancing") == 1 and len(gpus) > 1:
         problems.append(Problem(
             "warning", "NUMA balancing is on (/proc/sys/kernel/numa_balancing = 1) on a multi-GPU host; "
@@ -101,8 +155,11 @@ def find_problems(report: dict) -> list[Problem]:
 
 def hardware_report() -> dict:
     """Everything `optimum-amdx env` knows about this machine, as plain JSON-able data."""
+    from optimum_amdx import __version__  # the package root only: no layer of ours is imported
+
     report = {
         "schema": SCHEMA,
+        "optimum_amdx": __version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "torch": torch_backend(),
@@ -112,6 +169,7 @@ def hardware_report() -> dict:
         "tunableop": tunableop_state(),
         "onnxruntime": onnxruntime_info(),
         "triton": triton_info(),
+        "packages": package_versions(),
     }
     report["problems"] = [asdict(p) for p in find_problems(report)]
     return report
@@ -122,7 +180,8 @@ def format_report(report: dict) -> str:
     rows: list[tuple[str, str]] = []
     t = report["torch"]
     backend = {"rocm": f"ROCm/HIP {t['hip_version']}", "cuda": f"CUDA {t['cuda_version']}", "cpu": "CPU only"}[t["backend"]]
-    rows += [("python", report["python"]), ("platform", report["platform"]),
+    rows += [("optimum-amdx", report.get("optimum_amdx", "?")),
+             ("python", report["python"]), ("platform", report["platform"]),
              ("torch", t["torch"]), ("backend", backend), ("GPUs visible", str(t["device_count"]))]
     for g in report["gpus"]:
         prof = g["profile"]
@@ -153,6 +212,12 @@ def format_report(report: dict) -> str:
         rows.append(("triton", f"{tri.get('version', '?')} | validated ({tri.get('range', '?')}): {valid} | target: {where}"))
     else:
         rows.append(("triton", "not installed"))
+    packages = report.get("packages", {})
+    if packages:
+        rows.append(("packages", ", ".join(
+            f"{name} {version}" if version else
+            f"{name} missing" + (f" (extra [{OPTIONAL_PACKAGES[name]}])" if name in OPTIONAL_PACKAGES else "")
+            for name, version in packages.items())))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     problems = report["problems"]

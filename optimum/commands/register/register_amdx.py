@@ -21,6 +21,7 @@ try:
 
         @staticmethod
         def parse_args(parser):
+            _amdx_main.add_global_options(parser, prog="optimum-cli amdx")
             _amdx_main.add_commands(parser)
 
         def run(self):
@@ -41,6 +42,7 @@ try:
             @staticmethod
             def parse_args(parser):
                 _export.add_arguments(parser)
+                parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
                 parser.set_defaults(amdx_command=_export)
 
             def run(self):

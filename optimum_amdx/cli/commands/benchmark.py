@@ -74,17 +74,48 @@ def _default_output(model: str) -> str:
     return f"benchmark-results/{slug}-{stamp}"
 
 
-def _run_compare(args: argparse.Namespace) -> int:
+def _run_compare(args: argparse.Namespace, out) -> int:  # noqa: ANN001 - a text stream
     from ...benchmark.report import compare, format_compare
     from ...benchmark.schema import load
 
     result = compare(load(args.compare[0]), load(args.compare[1]))
-    print(json.dumps(result, indent=2) if args.json else format_compare(result))
+    out.write((json.dumps(result, indent=2) if args.json else format_compare(result)) + "\n")
     return 0
 
 
-def _write_outputs(doc: dict, out_path: str, args: argparse.Namespace) -> None:
-    from ...benchmark.plots import write_plots
+def _check_writable(out_path: str, overwrite: bool) -> None:
+    """Refuse an output folder that cannot be written before any measuring starts."""
+    import os
+
+    from ...errors import InvalidArgumentError
+    from ...io import check_output_dir
+
+    import tempfile
+
+    out = check_output_dir(out_path, overwrite)
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    try:  # a real probe: os.access says yes to root on read-only disks and /proc
+        os.rmdir(tempfile.mkdtemp(prefix=".amdx-write-probe-", dir=existing))
+    except OSError as err:
+        raise InvalidArgumentError(f"-o {out_path}: cannot write in {existing} ({err.strerror}), so the results could "
+                                   "not be saved; choose another --output-dir.") from None
+
+
+def _plots_available(args: argparse.Namespace) -> bool:
+    """matplotlib is optional: without it the results are still written, without PNGs (said before the sweep)."""
+    import importlib.util
+
+    if args.no_plots:
+        return False
+    if importlib.util.find_spec("matplotlib") is None:
+        print("warning: matplotlib is not installed, so no plots (results.json and table.txt are still written); "
+              "pip install 'optimum-amdx[benchmark]' for them, or pass --no-plots.", file=sys.stderr)
+        return False
+    return True
+
+
+def _write_outputs(doc: dict, out_path: str, args: argparse.Namespace, out) -> None:  # noqa: ANN001 - a text stream
+    """results.json and table.txt first (atomically), then the plots next to them: a plot failure loses no data."""
     from ...benchmark.report import format_results
     from ...benchmark.schema import dump
     from ...io import atomic_output_dir
@@ -93,35 +124,69 @@ def _write_outputs(doc: dict, out_path: str, args: argparse.Namespace) -> None:
     with atomic_output_dir(out_path, args.overwrite) as tmp:
         dump(doc, tmp / "results.json")
         (tmp / "table.txt").write_text(table + "\n", encoding="utf-8")
-        plots = [] if args.no_plots else write_plots(doc, tmp)
-    print(json.dumps(doc, indent=2, sort_keys=True) if args.json else table)
+    plots = []
+    if _plots_available(args):
+        from pathlib import Path
+
+        from ...benchmark.plots import write_plots
+
+        try:
+            plots = write_plots(doc, Path(out_path))
+        except Exception as err:  # noqa: BLE001 - the measurements are saved; a plot is a nicety
+            print(f"warning: plotting failed ({type(err).__name__}: {err}); the results are saved.", file=sys.stderr)
+    out.write((json.dumps(doc, indent=2, sort_keys=True) if args.json else table) + "\n")
     ok = sum(r["status"] == "ok" for r in doc["results"])
     names = ", ".join(["results.json", "table.txt"] + [p.name for p in plots])
     print(f"{ok}/{len(doc['results'])} points measured; wrote {names} to {out_path}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.compare and args.merge:
-        from ...errors import InvalidArgumentError
+    from ..output import data_stdout
 
+    with data_stdout() as out:  # only the table or JSON on stdout; library logs go to stderr
+        return _run(args, out)
+
+
+def _check_gpu(name: str | None) -> None:
+    if name is None:
+        return
+    from ...errors import InvalidArgumentError
+    from ...hardware.profiles import PROFILES, lookup_profile
+
+    try:
+        lookup_profile(name)
+    except InvalidArgumentError:
+        raise InvalidArgumentError(
+            f"Unknown GPU {name!r} for --gpu. Known: {', '.join(sorted(PROFILES))}. Pick the closest, or leave --gpu "
+            "out and pass --measure-ceilings to measure this GPU's bandwidth and matmul rate."
+        ) from None
+
+
+def _run(args: argparse.Namespace, out) -> int:  # noqa: ANN001 - a text stream
+    from ...errors import InvalidArgumentError
+
+    if args.compare and args.merge:
         raise InvalidArgumentError("--compare and --merge are separate actions; give one of them.")
     if args.compare:
-        return _run_compare(args)
-    from ...io import check_output_dir
-
+        return _run_compare(args, out)
     if args.merge:
         from ...benchmark.report import merge
         from ...benchmark.schema import load
 
         doc = merge([load(path) for path in args.merge])
         out_path = args.output_dir or _default_output(f"{doc['model']['name']}-merged")
-        check_output_dir(out_path, args.overwrite)
-        _write_outputs(doc, out_path, args)
+        _check_writable(out_path, args.overwrite)
+        _write_outputs(doc, out_path, args, out)
         return 0
+    for flag, value, low in (("--warmup", args.warmup, 0), ("--repeats", args.repeats, 1), ("--threads", args.threads, 1)):
+        if value is not None and value < low:
+            raise InvalidArgumentError(f"{flag} must be at least {low}, got {value}.")
+    _check_gpu(args.gpu)
+    out_path = args.output_dir or _default_output(args.model)
+    _check_writable(out_path, args.overwrite)
+    _plots_available(args)  # say it before the sweep, not after
     from ...benchmark.harness import BenchmarkSpec, run_benchmark
 
-    out_path = args.output_dir or _default_output(args.model)
-    check_output_dir(out_path, args.overwrite)
     spec = BenchmarkSpec(
         model=args.model, backends=args.backends, dtypes=args.dtypes, quantizations=args.quantization,
         batch_sizes=args.batch_sizes, prompt_lengths=args.prompt_lengths, new_tokens=args.new_tokens,
@@ -131,8 +196,15 @@ def run(args: argparse.Namespace) -> int:
     )
     _quiet_transformers()
     doc = run_benchmark(spec, log=lambda line: print(line, file=sys.stderr, flush=True))
-    _write_outputs(doc, out_path, args)
+    args.no_plots = args.no_plots or not _plots_available_quiet()
+    _write_outputs(doc, out_path, args, out)
     return 0 if any(r["status"] == "ok" for r in doc["results"]) else 1
+
+
+def _plots_available_quiet() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _quiet_transformers() -> None:

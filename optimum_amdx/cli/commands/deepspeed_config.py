@@ -1,10 +1,16 @@
-"""`optimum-amdx deepspeed-config`: a DeepSpeed config sized for the GPU, the memory table on stderr."""
+"""`optimum-amdx deepspeed-config`: a DeepSpeed config sized for the GPU, the memory table on stderr.
+
+Stdout carries only the JSON (DeepSpeed's own log lines go to stderr), so `> ds.json` is valid JSON.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 NAME = "deepspeed-config"
 HELP = "Write a DeepSpeed config (lowest ZeRO stage that fits, offload if needed) for a model and GPU."
@@ -24,32 +30,85 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 4096 train, 2048 else)")
     parser.add_argument("--cpu-memory-gb", type=float, default=None, help="host memory per node (default 1024)")
     parser.add_argument("--nvme-path", default=None, help="NVMe folder; allows NVMe offload when nothing else fits")
-    parser.add_argument("--output", "-o", default=None, help="write the config here instead of stdout")
+    parser.add_argument("--output", "-o", default=None, help="write the config to this file instead of stdout")
     parser.add_argument("--json", action="store_true", help="print config, estimate and explanation as one JSON")
     parser.add_argument("--no-validate", action="store_true", help="skip the check with DeepSpeed's own parser")
 
 
-def run(args: argparse.Namespace) -> int:
-    from ...distributed import deepspeed_config, validate_deepspeed_config
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse what would fail late (after the estimate) or with a library traceback."""
+    from ...errors import InvalidArgumentError
+    from ...hardware.profiles import PROFILES, lookup_profile
 
-    plan = deepspeed_config(args.model, gpu=args.gpu, gpus=args.gpus, nodes=args.nodes, task=args.task,
-                            precision=args.precision, micro_batch_size=args.micro_batch_size, seq_len=args.seq_len,
-                            zero_stage=args.zero_stage, cpu_memory_gb=args.cpu_memory_gb, nvme_path=args.nvme_path)
-    validated = "not checked (--no-validate)"
-    if not args.no_validate:
-        try:
-            validate_deepspeed_config(plan.config, args.gpus * args.nodes)
-            validated = "accepted by deepspeed.runtime.config.DeepSpeedConfig"
-        except ImportError:
-            validated = "not checked (deepspeed is not installed: pip install 'optimum-amdx[deepspeed]')"
-    print(plan.table(), file=sys.stderr)
-    print(plan.explanation, file=sys.stderr)
-    print(f"Config {validated}.", file=sys.stderr)
-    text = json.dumps(plan.to_dict() if args.json else plan.config, indent=2)
+    try:
+        lookup_profile(args.gpu)
+    except InvalidArgumentError:
+        raise InvalidArgumentError(
+            f"Unknown GPU {args.gpu!r} for --gpu. Known: {', '.join(sorted(PROFILES))}. Pick the one with the same "
+            "memory per GPU (the config is sized from it)."
+        ) from None
+    for flag, value in (("--gpus", args.gpus), ("--nodes", args.nodes), ("--micro-batch-size", args.micro_batch_size)):
+        if value < 1:
+            raise InvalidArgumentError(f"{flag} must be at least 1, got {value}.")
+    if args.seq_len is not None and args.seq_len < 1:
+        raise InvalidArgumentError(f"--seq-len must be at least 1, got {args.seq_len}.")
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text + "\n")
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        print(text)
+        out = Path(args.output)
+        if out.is_dir():
+            raise InvalidArgumentError(f"--output {args.output} is a folder; give a file path such as "
+                                       f"{out / 'ds_config.json'}.")
+        parent = out.parent if str(out.parent) else Path(".")
+        if not parent.is_dir():
+            raise InvalidArgumentError(f"--output {args.output}: the folder {parent} does not exist; create it first.")
+        if not os.access(parent, os.W_OK):
+            raise InvalidArgumentError(f"--output {args.output}: the folder {parent} is not writable.")
+
+
+def _write_file(path: str, text: str) -> None:
+    """Write atomically: a temporary sibling renamed over the target, so no half-written config is left."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent if str(target.parent) else ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..output import data_stdout
+
+    _check_args(args)
+    with data_stdout() as out:
+        from ...distributed import deepspeed_config, validate_deepspeed_config
+
+        plan = deepspeed_config(args.model, gpu=args.gpu, gpus=args.gpus, nodes=args.nodes, task=args.task,
+                                precision=args.precision, micro_batch_size=args.micro_batch_size,
+                                seq_len=args.seq_len, zero_stage=args.zero_stage, cpu_memory_gb=args.cpu_memory_gb,
+                                nvme_path=args.nvme_path)
+        validated = "not checked (--no-validate)"
+        if not args.no_validate:
+            try:
+                validate_deepspeed_config(plan.config, args.gpus * args.nodes)
+                validated = "accepted by deepspeed.runtime.config.DeepSpeedConfig"
+            except ImportError:
+                validated = "not checked (deepspeed is not installed: pip install 'optimum-amdx[deepspeed]')"
+        print(plan.table(), file=sys.stderr)
+        print(plan.explanation, file=sys.stderr)
+        print(f"Config {validated}.", file=sys.stderr)
+        text = json.dumps(plan.to_dict() if args.json else plan.config, indent=2) + "\n"
+        if args.output:
+            _write_file(args.output, text)
+            print(f"wrote {args.output}", file=sys.stderr)
+        else:
+            out.write(text)
     return 0

@@ -14,8 +14,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...hardware import format_report, hardware_report
+    from ..output import data_stdout
 
-    report = hardware_report()
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    with data_stdout() as out:  # library warnings printed while probing go to stderr
+        from ...hardware import format_report, hardware_report
+
+        report = hardware_report()
+        out.write((json.dumps(report, indent=2) if args.json else format_report(report)) + "\n")
     return 0

@@ -60,9 +60,14 @@ def run(args: argparse.Namespace) -> int:
 
     from ...errors import InvalidArgumentError
     from ...models import default_device, load_tokenizer, open_model
+    from ..checks import check_sampling
 
+    if not args.prompt.strip():
+        raise InvalidArgumentError('The prompt is empty; give the text to complete, e.g. '
+                                   'optimum-amdx generate "The three primary colors are".')
     if args.max_new_tokens < 1:
         raise InvalidArgumentError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}.")
+    check_sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.do_sample)
     device = args.device or default_device()
     torch.manual_seed(args.seed)
     folder = open_model(args.model, allow_pickle=args.allow_pickle, trust_remote_code=args.trust_remote_code)
@@ -70,10 +75,16 @@ def run(args: argparse.Namespace) -> int:
     model, engine = _load(args, device, folder)
     text = args.prompt
     if args.chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise InvalidArgumentError(f"{args.model} has no chat template; leave out --chat to complete the prompt as "
+                                       "plain text.")
         text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                              add_generation_prompt=True)
     inputs = tokenizer(text, return_tensors="pt").to(device)
-    streamer = TextStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True)
+    if args.chat:
+        # the chat template adds a system prompt and role markers: show the user's prompt, not the template
+        print(args.prompt, flush=True)
+    streamer = TextStreamer(tokenizer, skip_prompt=args.chat, skip_special_tokens=True)
     start = time.perf_counter()
     output = model.generate(**inputs, streamer=streamer, pad_token_id=tokenizer.pad_token_id, **_sampling_kwargs(args))
     elapsed = time.perf_counter() - start

@@ -20,6 +20,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("script", nargs=argparse.REMAINDER, help="-- script.py [args...]")
 
 
+def _check_script(script: list[str]) -> None:
+    """A script to run must be named and exist (torchrun would fail later, once per process, with tracebacks)."""
+    import os
+
+    from ...errors import InvalidArgumentError
+
+    if not script:
+        raise InvalidArgumentError("No script to run; name it after --, e.g. optimum-amdx launch --gpus 2 -- train.py")
+    first = script[0]
+    if first == "-m":
+        if len(script) < 2:
+            raise InvalidArgumentError("-m needs a module name, e.g. optimum-amdx launch --gpus 2 -- -m my_package.train")
+        return
+    if first.startswith("-"):
+        return  # torchrun options before the script: torchrun checks them
+    if not os.path.isfile(first):
+        raise InvalidArgumentError(f"Script {first} does not exist (looked in {os.getcwd()}); check the path.")
+
+
 def run(args: argparse.Namespace) -> int:
     from ...distributed.launch import parse_device_list, plan_launch
     from ...distributed.topology import parse_topology
@@ -28,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     script = list(args.script)
     if script and script[0] == "--":
         script = script[1:]
+    _check_script(script)
+    if args.gpus < 1:
+        raise InvalidArgumentError(f"--gpus must be at least 1, got {args.gpus}.")
     topology = None
     for path in args.topology_file or []:
         try:
