@@ -12,6 +12,7 @@ requests by the continuous-batching engine, so prompts of different lengths wast
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,6 +20,7 @@ import torch
 
 from ..errors import InvalidArgumentError
 from .engine import LLMEngine
+from .generate_args import REFUSED, SUPPORTED, check_generate_kwargs
 from .paged_model import PagedDecoder
 from .sampling import SamplingParams
 
@@ -33,10 +35,7 @@ def _as_id_list(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
-UNSUPPORTED_GENERATE_ARGS = ("min_length", "no_repeat_ngram_size", "logits_processor", "stopping_criteria",
-                             "stop_strings", "bad_words_ids", "output_scores", "output_logits",
-                             "return_dict_in_generate", "prefix_allowed_tokens_fn", "assistant_model",
-                             "penalty_alpha", "num_beam_groups", "constraints", "force_words_ids")
+UNSUPPORTED_GENERATE_ARGS = tuple(sorted(REFUSED))
 """generate() arguments that change the output and that this path does not implement: refused, not ignored."""
 
 CPU_CACHE_BYTES = 512 * 2**20
@@ -124,7 +123,11 @@ class AMDModelForCausalLM:
         return True
 
     def sampling_params(self, generation_config: Any = None, prompt_len: int = 0, **overrides: Any) -> SamplingParams:
-        """Merge explicit arguments over a transformers GenerationConfig into SamplingParams."""
+        """Merge explicit arguments over a transformers GenerationConfig into SamplingParams.
+
+        Out-of-range values raise `InvalidArgumentError` naming the argument; `max_new_tokens <= 0` (or an
+        explicit `max_length` not longer than the prompt) is refused, not turned into one token.
+        """
         gc = generation_config or self.generation_config
 
         def pick(name: str, default: Any) -> Any:
@@ -135,64 +138,115 @@ class AMDModelForCausalLM:
 
         max_new = overrides.get("max_new_tokens")
         if max_new is None and overrides.get("max_length") is not None:
-            max_new = int(overrides["max_length"]) - prompt_len
+            max_new = _as_int("max_length", overrides["max_length"]) - prompt_len
+            if max_new < 1:
+                raise InvalidArgumentError(
+                    f"max_length={overrides['max_length']} leaves no room after the {prompt_len}-token prompt; "
+                    "pass max_new_tokens (tokens to generate) instead."
+                )
         if max_new is None and gc is not None:
             max_new = getattr(gc, "max_new_tokens", None)
             if max_new is None and getattr(gc, "max_length", None) is not None:
                 max_new = int(gc.max_length) - prompt_len
+                if max_new < 1:  # a saved config's max_length (transformers' default is 20): not the caller's ask
+                    max_new = 20
         do_sample = bool(pick("do_sample", False))
         stops = _as_id_list(pick("eos_token_id", None)) + _as_id_list(overrides.get("stop_token_ids"))
         return SamplingParams(
-            max_new_tokens=max(1, int(max_new if max_new is not None else 20)),
+            max_new_tokens=_as_int("max_new_tokens", max_new if max_new is not None else 20),
             do_sample=do_sample,
-            temperature=float(pick("temperature", 1.0)) if do_sample else 1.0,
-            top_k=int(pick("top_k", 0)) if do_sample else 0,
-            top_p=float(pick("top_p", 1.0)) if do_sample else 1.0,
-            repetition_penalty=float(pick("repetition_penalty", 1.0)),
+            temperature=_as_float("temperature", pick("temperature", 1.0)) if do_sample else 1.0,
+            top_k=_as_int("top_k", pick("top_k", 0)) if do_sample else 0,
+            top_p=_as_float("top_p", pick("top_p", 1.0)) if do_sample else 1.0,
+            repetition_penalty=_as_float("repetition_penalty", pick("repetition_penalty", 1.0)),
             stop_token_ids=tuple(dict.fromkeys(stops)),
-            min_new_tokens=int(pick("min_new_tokens", 0)),
+            min_new_tokens=_as_int("min_new_tokens", pick("min_new_tokens", 0)),
         )
+
+    def _prompt_rows(self, input_ids: Any, attention_mask: Any) -> list[list[int]]:
+        """Token-id rows of the input (left padding removed), each non-empty and of integers."""
+        if isinstance(input_ids, torch.Tensor):
+            if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+                raise InvalidArgumentError(f"input_ids must hold integer token ids, not {input_ids.dtype}.")
+            if input_ids.dim() not in (1, 2):
+                raise InvalidArgumentError(f"input_ids must be [batch, seq] or [seq]; got shape {tuple(input_ids.shape)}.")
+            ids2d = input_ids if input_ids.dim() == 2 else input_ids.unsqueeze(0)
+            rows = ids2d.tolist()
+            if attention_mask is not None:
+                if tuple(attention_mask.shape) != tuple(ids2d.shape):
+                    raise InvalidArgumentError(f"attention_mask shape {tuple(attention_mask.shape)} differs from "
+                                               f"input_ids shape {tuple(ids2d.shape)}.")
+                rows = [[t for t, m in zip(r, mr) if m] for r, mr in zip(rows, attention_mask.tolist())]
+        else:
+            seq = list(input_ids)
+            rows = [seq] if seq and not isinstance(seq[0], (list, tuple, torch.Tensor)) else [list(r) for r in seq]
+        if not rows:
+            raise InvalidArgumentError("generate() got an empty batch; give at least one prompt.")
+        for i, row in enumerate(rows):
+            if not row:
+                raise InvalidArgumentError(
+                    f"Prompt {i} is empty{' after removing padding' if attention_mask is not None else ''}; "
+                    "give at least one token (e.g. the tokenizer's BOS token)."
+                )
+            for t in row:
+                if isinstance(t, bool) or not isinstance(t, int):
+                    try:
+                        _ = int(t.__index__())  # numpy / 0-d tensor integers
+                    except (AttributeError, TypeError):
+                        raise InvalidArgumentError(
+                            f"Prompt {i} holds {t!r} ({type(t).__name__}); token ids must be integers."
+                        ) from None
+            rows[i] = [int(t) for t in row]
+        return rows
 
     def generate(self, input_ids: torch.Tensor | Sequence[int] | Sequence[Sequence[int]] | None = None,
                  attention_mask: torch.Tensor | None = None, generation_config: Any = None,
                  streamer: Any = None, **kwargs: Any) -> torch.Tensor | list[list[int]]:
         """Generate like transformers. A tensor in gives a tensor out (prompt + new tokens, padded);
-        a list of token-id lists in gives the list of new token ids per prompt."""
+        a list of token-id lists in gives the list of new token ids per prompt.
+
+        Everything is checked before the first request is queued (ids in the vocabulary, non-empty prompts,
+        argument names and ranges); if the call fails or is interrupted (Ctrl-C) its requests are aborted,
+        so the engine is clean for the next call.
+        """
         if input_ids is None:
             input_ids = kwargs.pop("inputs", None)
         if input_ids is None:
             raise InvalidArgumentError("generate() needs input_ids (a tensor [batch, seq] or lists of token ids).")
-        if int(kwargs.pop("num_beams", 1) or 1) != 1 or int(kwargs.pop("num_return_sequences", 1) or 1) != 1:
-            raise InvalidArgumentError("AMDModelForCausalLM.generate supports num_beams=1 and num_return_sequences=1.")
-        known = ("max_new_tokens", "max_length", "do_sample", "temperature", "top_k", "top_p",
-                 "repetition_penalty", "eos_token_id", "stop_token_ids", "min_new_tokens")
-        overrides = {k: kwargs.pop(k) for k in known if k in kwargs}
-        unsupported = sorted(k for k in UNSUPPORTED_GENERATE_ARGS if kwargs.get(k) not in (None, False, 0, [], ()))
-        if unsupported:
-            raise InvalidArgumentError(
-                f"AMDModelForCausalLM.generate does not support {', '.join(unsupported)}. Drop them, or use the "
-                "transformers model (model.model.generate) for these features."
-            )
-        pad_id = kwargs.pop("pad_token_id", None)
+        check_generate_kwargs(kwargs, generation_config)
+        overrides = {k: kwargs.pop(k) for k in SUPPORTED if k in kwargs}
+        pad_id = overrides.pop("pad_token_id", None)
         as_tensor = isinstance(input_ids, torch.Tensor)
-        if as_tensor:
-            ids2d = input_ids if input_ids.dim() == 2 else input_ids.unsqueeze(0)
-            rows = ids2d.tolist()
-            if attention_mask is not None:
-                mask = attention_mask.tolist()
-                rows = [[t for t, m in zip(r, mr) if m] for r, mr in zip(rows, mask)]
-        else:
-            rows = [list(input_ids)] if input_ids and isinstance(list(input_ids)[0], int) else [list(r) for r in input_ids]
+        rows = self._prompt_rows(input_ids, attention_mask)
         if streamer is not None and len(rows) != 1:
             raise InvalidArgumentError(f"streamer works with one prompt at a time; got a batch of {len(rows)}.")
-        prompt_len = len(ids2d[0]) if as_tensor else max(len(r) for r in rows)
+        if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+            raise InvalidArgumentError(f"streamer must have put() and end() methods (like transformers' TextStreamer); "
+                                       f"got {type(streamer).__name__}.")
+        ids2d = (input_ids if input_ids.dim() == 2 else input_ids.unsqueeze(0)) if as_tensor else None
+        prompt_len = ids2d.shape[1] if as_tensor else max(len(r) for r in rows)
         params = self.sampling_params(generation_config, prompt_len, **overrides)
         engine = self.engine
-        if streamer is not None:
-            streamer.put(torch.tensor([rows[0]]))
-        req = [engine.add_request(r, params, streamer=streamer) for r in rows]
-        done = engine.run()
-        outputs = [done[r] for r in req]
+        for i, row in enumerate(rows):
+            engine.check_request(row, params, name=f"prompt {i}")
+        longest = max(len(r) for r in rows)
+        if longest + params.max_new_tokens > self.max_model_len:
+            warnings.warn(
+                f"A {longest}-token prompt plus max_new_tokens={params.max_new_tokens} exceeds max_model_len="
+                f"{self.max_model_len}: generation stops at {self.max_model_len} tokens (finish reason 'length').",
+                stacklevel=2,
+            )
+        added: list[Any] = []
+        try:
+            if streamer is not None:
+                streamer.put(torch.tensor([rows[0]]))
+            for r in rows:
+                added.append(engine.add_request(r, params, streamer=streamer))
+            done = engine.run()
+            outputs = [done[r] for r in added]
+        finally:
+            for rid in added:  # no-op for finished requests; frees whatever a failed call left queued
+                engine.abort(rid)
         if not as_tensor:
             return outputs
         if pad_id is None:
@@ -205,3 +259,18 @@ class AMDModelForCausalLM:
         for i, o in enumerate(outputs):
             new[i, : len(o)] = torch.tensor(o, dtype=ids2d.dtype)
         return torch.cat([ids2d.cpu(), new], dim=1).to(ids2d.device)
+
+
+def _as_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__index__"):
+        raise InvalidArgumentError(f"{name}={value!r}: expected an integer.")
+    if isinstance(value, float) and not value.is_integer():
+        raise InvalidArgumentError(f"{name}={value!r}: expected an integer.")
+    return int(value)
+
+
+def _as_float(name: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{name}={value!r}: expected a number.") from None

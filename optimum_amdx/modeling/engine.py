@@ -79,25 +79,73 @@ class LLMEngine:
     def uses_graphs(self) -> bool:
         return self.runner.use_graphs
 
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the embedding table: valid token ids are 0 .. vocab_size - 1."""
+        embed = getattr(self.decoder, "embed", None)
+        rows = getattr(embed, "num_embeddings", None)
+        return int(rows if rows is not None else self.decoder.config.vocab_size)
+
+    def check_request(self, prompt_ids: Seq[int], params: SamplingParams | None = None,
+                      name: Hashable = "request") -> list[int]:
+        """Validate a request without queueing it; return the prompt as a list of ints.
+
+        Refuses non-integer or out-of-vocabulary ids (they would fail inside a batch shared with other
+        requests), stop ids outside the vocabulary, an empty prompt, and one that can never fit.
+        """
+        if params is not None and not isinstance(params, SamplingParams):
+            raise InvalidArgumentError(f"{name}: params must be a SamplingParams, not {type(params).__name__}.")
+        params = params or SamplingParams()
+        if isinstance(prompt_ids, torch.Tensor):
+            if prompt_ids.dtype.is_floating_point or prompt_ids.dtype == torch.bool or prompt_ids.dim() > 1:
+                raise InvalidArgumentError(f"{name}: prompt ids must be a 1-D integer sequence, got a "
+                                           f"{prompt_ids.dtype} tensor of shape {tuple(prompt_ids.shape)}.")
+            prompt_ids = prompt_ids.tolist()
+        if isinstance(prompt_ids, (str, bytes)):
+            raise InvalidArgumentError(f"{name}: got text; tokenize it first (token ids are expected).")
+        ids = []
+        for t in prompt_ids:
+            if isinstance(t, bool) or not hasattr(t, "__index__"):
+                raise InvalidArgumentError(f"{name}: token id {t!r} ({type(t).__name__}) is not an integer.")
+            ids.append(int(t))
+        vocab = self.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise InvalidArgumentError(
+                f"{name}: token ids {bad[:5]} are outside the vocabulary [0, {vocab}); was the prompt encoded "
+                "with this model's tokenizer?"
+            )
+        bad_stops = [t for t in params.stop_token_ids if not 0 <= t < vocab]
+        if bad_stops:
+            raise InvalidArgumentError(f"{name}: stop_token_ids/eos_token_id {bad_stops} are outside the vocabulary [0, {vocab}).")
+        self.scheduler.check(name, len(ids), params)
+        return ids
+
     def add_request(self, prompt_ids: Seq[int], params: SamplingParams | None = None,
                     request_id: Hashable | None = None, streamer: Any = None) -> Hashable:
-        """Queue a prompt (token ids); returns its request id. `streamer` gets put(tensor)/end() calls."""
+        """Queue a prompt (token ids); returns its request id. `streamer` gets put(tensor)/end() calls.
+
+        The request is validated first (`check_request`); a refused one leaves the engine unchanged.
+        """
+        if request_id is not None and request_id in self._seqs:
+            raise InvalidArgumentError(f"Request id {request_id!r} is already in use.")
+        ids = self.check_request(prompt_ids, params, name=request_id if request_id is not None else "request")
         if request_id is None:
             request_id = next(self._ids)
-        if request_id in self._seqs:
-            raise InvalidArgumentError(f"Request id {request_id!r} is already in use.")
-        seq = self.scheduler.add(request_id, [int(t) for t in prompt_ids], params or SamplingParams())
+            while request_id in self._seqs:
+                request_id = next(self._ids)
+        seq = self.scheduler.add(request_id, ids, params or SamplingParams())
         self._seqs[request_id] = seq
         if streamer is not None:
             self._streamers[request_id] = streamer
         return request_id
 
     def abort(self, request_id: Hashable) -> None:
-        """Drop a request and free its blocks."""
+        """Drop a request (queued, running or finished but not yet collected) and free its blocks."""
         seq = self._seqs.pop(request_id, None)
         if seq is not None and seq.finish_reason is None:
             self.scheduler.finish(seq, "abort")
-            self._end_stream(request_id)
+        self._end_stream(request_id)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -120,13 +168,16 @@ class LLMEngine:
         if not batch.seqs:
             return []
         logits, sampled = self.runner.execute(batch)
+        tokens: list[int] = []
+        if sampled:
+            params = [s.params for s in sampled]
+            histories = [s.tokens for s in sampled] if any(p.repetition_penalty != 1.0 for p in params) else []
+            tokens = sample_next(logits, params, histories, self.generator, [len(s.output_ids) for s in sampled])
+        # committed only once the step succeeded: after an error (or Ctrl-C) the same work is simply redone
         for seq, n in zip(batch.seqs, batch.num_new):
             seq.num_computed += n
         if not sampled:
             return []
-        params = [s.params for s in sampled]
-        histories = [s.tokens for s in sampled] if any(p.repetition_penalty != 1.0 for p in params) else []
-        tokens = sample_next(logits, params, histories, self.generator, [len(s.output_ids) for s in sampled])
         outputs = []
         for seq, token in zip(sampled, tokens):
             seq.output_ids.append(token)
@@ -156,6 +207,14 @@ class LLMEngine:
             params = [params or SamplingParams()] * len(prompts)
         if len(params) != len(prompts):
             raise InvalidArgumentError(f"Got {len(params)} sampling params for {len(prompts)} prompts.")
-        ids = [self.add_request(p, sp) for p, sp in zip(prompts, params)]
-        done = self.run()
-        return [done[i] for i in ids]
+        for i, (p, sp) in enumerate(zip(prompts, params)):
+            self.check_request(p, sp, name=f"prompt {i}")
+        ids: list[Hashable] = []
+        try:
+            for p, sp in zip(prompts, params):
+                ids.append(self.add_request(p, sp))
+            done = self.run()
+            return [done[i] for i in ids]
+        finally:
+            for i in ids:  # a failed or interrupted call leaves nothing of its own behind
+                self.abort(i)

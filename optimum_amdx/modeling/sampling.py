@@ -7,6 +7,7 @@ parameters; the all-greedy batch takes a single argmax.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -30,6 +31,22 @@ class SamplingParams:
     min_new_tokens: int = 0
 
     def __post_init__(self) -> None:
+        """Check every field's type and range; errors name the argument and the accepted values."""
+        for name in ("max_new_tokens", "top_k", "min_new_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidArgumentError(f"{name}={value!r}: expected an integer.")
+        for name in ("temperature", "top_p", "repetition_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InvalidArgumentError(f"{name}={value!r}: expected a finite number.")
+        if not isinstance(self.do_sample, bool):
+            raise InvalidArgumentError(f"do_sample={self.do_sample!r}: expected True or False.")
+        stops = self.stop_token_ids
+        if not isinstance(stops, (tuple, list)) or any(
+                isinstance(t, bool) or not hasattr(t, "__index__") or int(t) < 0 for t in stops):
+            raise InvalidArgumentError(f"stop_token_ids={stops!r}: expected a tuple of non-negative token ids.")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in stops))
         if self.max_new_tokens < 1:
             raise InvalidArgumentError(f"max_new_tokens={self.max_new_tokens}: expected at least 1.")
         if self.do_sample and self.temperature <= 0:

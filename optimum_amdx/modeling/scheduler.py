@@ -91,14 +91,14 @@ class Scheduler:
     def _blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def add(self, request_id: Hashable, prompt_ids: list[int], params: SamplingParams) -> Sequence:
-        """Queue a request; refuses one that could never fit (model length or whole pool)."""
-        if not prompt_ids:
+    def check(self, request_id: Hashable, num_prompt_tokens: int, params: SamplingParams) -> None:
+        """Raise if a request could never run (empty, longer than the model, or larger than the whole pool)."""
+        if num_prompt_tokens < 1:
             raise InvalidArgumentError(f"Request {request_id!r} has an empty prompt; give at least one token.")
-        total = len(prompt_ids) + params.max_new_tokens
-        if len(prompt_ids) >= self.max_model_len:
+        total = num_prompt_tokens + params.max_new_tokens
+        if num_prompt_tokens >= self.max_model_len:
             raise InvalidArgumentError(
-                f"Request {request_id!r}: prompt of {len(prompt_ids)} tokens does not fit max_model_len="
+                f"Request {request_id!r}: prompt of {num_prompt_tokens} tokens does not fit max_model_len="
                 f"{self.max_model_len}. Shorten the prompt or raise max_model_len."
             )
         need = self._blocks_for(min(total, self.max_model_len))
@@ -107,6 +107,10 @@ class Scheduler:
                 f"Request {request_id!r} needs {need} KV blocks ({total} tokens) but the whole pool has "
                 f"{self.allocator.num_blocks}. Lower max_new_tokens or give the cache more blocks."
             )
+
+    def add(self, request_id: Hashable, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        """Queue a request; refuses one that could never fit (model length or whole pool)."""
+        self.check(request_id, len(prompt_ids), params)
         seq = Sequence(request_id=request_id, prompt_ids=list(prompt_ids), params=params,
                        arrival=next(self._arrivals))
         self.waiting.append(seq)

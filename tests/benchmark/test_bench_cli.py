@@ -14,7 +14,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def test_run_writes_json_table_and_plots(tiny_run):
     code, out, doc = tiny_run
     assert code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["latency.png", "results.json", "table.txt", "throughput.png"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["latency.png", "results.json", "table.txt", "throughput.png"]
     for name in ("latency.png", "throughput.png"):
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5000

@@ -67,7 +67,7 @@ def test_atomic_output_dir_refuses_then_overwrites(tmp_path):
             pass
     with atomic_output_dir(out, overwrite=True) as tmp:
         (tmp / "b.txt").write_text("2")
-    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [".optimum-amdx-output.json", "b.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 

@@ -1,0 +1,214 @@
+"""Output folders never replace what we did not write, and interrupted writes leave nothing behind.
+
+The interruption tests run a real Python subprocess that writes through `atomic_output_dir` and is
+stopped with SIGTERM / SIGINT / SIGKILL mid-write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from optimum_amdx.errors import InvalidArgumentError, OutputExistsError
+from optimum_amdx.io import (
+    MANIFEST_NAME,
+    atomic_output_dir,
+    check_output_dir,
+    parse_size,
+    read_manifest,
+    remove_stale_temporaries,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write(path: Path, overwrite: bool = False, name: str = "w.txt") -> None:
+    with atomic_output_dir(path, overwrite) as tmp:
+        (tmp / name).write_text("x")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "inner.bin").write_bytes(b"1")
+
+
+def test_manifest_lists_what_we_wrote(tmp_path):
+    _write(tmp_path / "out")
+    manifest = read_manifest(tmp_path / "out")
+    assert manifest["writer"] == "optimum-amdx"
+    assert set(manifest["files"]) == {"w.txt", "sub", "sub/inner.bin"}
+
+
+def test_overwrite_replaces_our_own_output(tmp_path):
+    _write(tmp_path / "out")
+    _write(tmp_path / "out", overwrite=True, name="v2.txt")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [MANIFEST_NAME, "sub", "v2.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_overwrite_refuses_a_folder_we_did_not_write(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "main.py").write_text("print('mine')")
+    (project / "config.json").write_text("{}")
+    with pytest.raises(OutputExistsError, match="not written by optimum-amdx.*config.json, main.py"):
+        _write(project, overwrite=True)
+    assert sorted(p.name for p in project.iterdir()) == ["config.json", "main.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["project"]
+
+
+def test_overwrite_refuses_our_output_with_a_file_added(tmp_path):
+    out = tmp_path / "out"
+    _write(out)
+    (out / "notes.txt").write_text("my notes")
+    with pytest.raises(OutputExistsError, match="did not write.*notes.txt"):
+        _write(out, overwrite=True)
+    assert (out / "notes.txt").read_text() == "my notes" and (out / "w.txt").exists()
+
+
+def test_a_forged_or_broken_manifest_does_not_count(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "data.csv").write_text("1,2")
+    (out / MANIFEST_NAME).write_text("not json")
+    with pytest.raises(OutputExistsError):
+        check_output_dir(out, overwrite=True)
+
+
+@pytest.mark.parametrize("where", ["cwd", "parent", "home", "root"])
+def test_protected_folders_are_refused_even_when_empty(tmp_path, monkeypatch, where):
+    work = tmp_path / "project" / "sub"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    target = {"cwd": ".", "parent": "..", "home": "~", "root": "/"}[where]
+    with pytest.raises(InvalidArgumentError, match="Refusing to write the output"):
+        check_output_dir(target, overwrite=True)
+
+
+def test_unwritable_location_is_found_before_work(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InvalidArgumentError, match="is a file, not a folder"):
+        check_output_dir(tmp_path / "afile" / "out")
+    with pytest.raises(InvalidArgumentError, match="not writable"):
+        check_output_dir("/proc/amdx-out")
+
+
+def test_output_uses_the_umask_not_private_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        _write(tmp_path / "out")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+
+
+def test_parse_size():
+    assert parse_size("5GB") == 5 * 10**9 and parse_size("2GiB") == 2 * 2**30 and parse_size(1000) == 1000
+    for bad in ("5 gigs", "", "-1GB", "0", "GB"):
+        with pytest.raises(InvalidArgumentError, match="--max-shard-size"):
+            parse_size(bad)
+
+
+# ------------------------------------------------------------------------- interrupted writes (subprocesses)
+_WRITER = textwrap.dedent("""
+    import sys, time
+    from optimum_amdx.io import atomic_output_dir
+    with atomic_output_dir(sys.argv[1], overwrite=True) as tmp:
+        (tmp / "part1.bin").write_bytes(b"0" * 1000)
+        print("writing", flush=True)
+        time.sleep(60)
+        (tmp / "part2.bin").write_bytes(b"1")
+    print("done", flush=True)
+""")
+
+
+def _start_writer(out: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "writing", proc.stderr.read()
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signal_mid_write_leaves_no_output_and_no_temp_folder(tmp_path, sig):
+    out = tmp_path / "out"
+    proc = _start_writer(out)
+    proc.send_signal(sig)
+    code = proc.wait(timeout=60)
+    assert code != 0 and "done" not in proc.stdout.read()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "partial output or a hidden .out.tmp-* folder was left"
+    if sig != signal.SIGINT:
+        assert code == 128 + sig, proc.stderr.read()
+        assert "Traceback" not in proc.stderr.read()
+
+
+def test_signal_mid_overwrite_keeps_the_previous_output(tmp_path):
+    out = tmp_path / "out"
+    _write(out)
+    before = sorted(p.name for p in out.iterdir())
+    proc = _start_writer(out)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_sigkill_leftovers_are_removed_by_the_next_write(tmp_path):
+    out = tmp_path / "out"
+    proc = _start_writer(out)
+    proc.kill()
+    proc.wait(timeout=60)
+    leftovers = [p.name for p in tmp_path.iterdir()]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".out.tmp-")  # SIGKILL cannot be caught
+    _write(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_temp_folders_of_live_processes_are_kept(tmp_path):
+    out = tmp_path / "out"
+    proc = _start_writer(out)
+    try:
+        assert remove_stale_temporaries(out) == []
+        assert len(list(tmp_path.iterdir())) == 1
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert len(remove_stale_temporaries(out)) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_previous_sigterm_handler_is_restored(tmp_path):
+    def mine(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        _write(tmp_path / "out")
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_cli_quantize_overwrite_of_cwd_keeps_the_project(tmp_path, monkeypatch):
+    """The reported case: `cd myproject && optimum-amdx quantize rtn --model M --overwrite .`"""
+    project = tmp_path / "myproject"
+    project.mkdir()
+    (project / "train.py").write_text("print('hi')")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-m", "optimum_amdx.cli.main", "quantize", "rtn", "--model",
+                             str(tmp_path / "no-model-needed"), "--overwrite", "."], cwd=project,
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode != 0
+    assert "Refusing to write the output" in result.stderr and "current folder" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in project.iterdir()) == ["train.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["myproject"]
+    json.dumps(result.stderr)  # plain text
