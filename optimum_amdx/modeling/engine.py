@@ -66,6 +66,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self._seqs: dict[Hashable, Sequence] = {}
         self._streamers: dict[Hashable, Any] = {}
+        self._generators: dict[Hashable, torch.Generator] = {}
 
     @property
     def num_blocks(self) -> int:
@@ -80,8 +81,9 @@ class LLMEngine:
         return self.runner.use_graphs
 
     def add_request(self, prompt_ids: Seq[int], params: SamplingParams | None = None,
-                    request_id: Hashable | None = None, streamer: Any = None) -> Hashable:
-        """Queue a prompt (token ids); returns its request id. `streamer` gets put(tensor)/end() calls."""
+                    request_id: Hashable | None = None, streamer: Any = None, seed: int | None = None) -> Hashable:
+        """Queue a prompt (token ids); returns its request id. `streamer` gets put(tensor)/end() calls.
+        `seed`: this request samples from its own generator, so its output does not depend on its batch mates."""
         if request_id is None:
             request_id = next(self._ids)
         if request_id in self._seqs:
@@ -90,10 +92,13 @@ class LLMEngine:
         self._seqs[request_id] = seq
         if streamer is not None:
             self._streamers[request_id] = streamer
+        if seed is not None:
+            self._generators[request_id] = torch.Generator(self.decoder.device).manual_seed(int(seed))
         return request_id
 
     def abort(self, request_id: Hashable) -> None:
-        """Drop a request and free its blocks."""
+        """Drop a request and free its blocks (for a finished request: forget its record)."""
+        self._generators.pop(request_id, None)
         seq = self._seqs.pop(request_id, None)
         if seq is not None and seq.finish_reason is None:
             self.scheduler.finish(seq, "abort")
@@ -126,7 +131,12 @@ class LLMEngine:
             return []
         params = [s.params for s in sampled]
         histories = [s.tokens for s in sampled] if any(p.repetition_penalty != 1.0 for p in params) else []
-        tokens = sample_next(logits, params, histories, self.generator, [len(s.output_ids) for s in sampled])
+        counts = [len(s.output_ids) for s in sampled]
+        tokens = sample_next(logits, params, histories, self.generator, counts)
+        for i, seq in enumerate(sampled):
+            own = self._generators.get(seq.request_id)
+            if own is not None and params[i].do_sample:
+                tokens[i] = sample_next(logits[i:i + 1], params[i:i + 1], histories[i:i + 1], own, counts[i:i + 1])[0]
         outputs = []
         for seq, token in zip(sampled, tokens):
             seq.output_ids.append(token)
@@ -136,6 +146,7 @@ class LLMEngine:
             reason = self._check_finish(seq, token)
             if reason is not None:
                 self.scheduler.finish(seq, reason)
+                self._generators.pop(seq.request_id, None)
                 self._end_stream(seq.request_id)
             outputs.append(RequestOutput(seq.request_id, [token], seq.output_ids, reason is not None, reason))
         return outputs
