@@ -66,6 +66,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self._seqs: dict[Hashable, Sequence] = {}
         self._streamers: dict[Hashable, Any] = {}
+        self._generators: dict[Hashable, torch.Generator] = {}
 
     @property
     def num_blocks(self) -> int:
@@ -122,9 +123,10 @@ class LLMEngine:
         return ids
 
     def add_request(self, prompt_ids: Seq[int], params: SamplingParams | None = None,
-                    request_id: Hashable | None = None, streamer: Any = None) -> Hashable:
+                    request_id: Hashable | None = None, streamer: Any = None, seed: int | None = None) -> Hashable:
         """Queue a prompt (token ids); returns its request id. `streamer` gets put(tensor)/end() calls.
 
+        `seed`: this request samples from its own generator, so its output does not depend on its batch mates.
         The request is validated first (`check_request`); a refused one leaves the engine unchanged.
         """
         if request_id is not None and request_id in self._seqs:
@@ -138,10 +140,13 @@ class LLMEngine:
         self._seqs[request_id] = seq
         if streamer is not None:
             self._streamers[request_id] = streamer
+        if seed is not None:
+            self._generators[request_id] = torch.Generator(self.decoder.device).manual_seed(int(seed))
         return request_id
 
     def abort(self, request_id: Hashable) -> None:
         """Drop a request (queued, running or finished but not yet collected) and free its blocks."""
+        self._generators.pop(request_id, None)
         seq = self._seqs.pop(request_id, None)
         if seq is not None and seq.finish_reason is None:
             self.scheduler.finish(seq, "abort")
@@ -172,7 +177,12 @@ class LLMEngine:
         if sampled:
             params = [s.params for s in sampled]
             histories = [s.tokens for s in sampled] if any(p.repetition_penalty != 1.0 for p in params) else []
-            tokens = sample_next(logits, params, histories, self.generator, [len(s.output_ids) for s in sampled])
+            counts = [len(s.output_ids) for s in sampled]
+            tokens = sample_next(logits, params, histories, self.generator, counts)
+            for i, seq in enumerate(sampled):
+                own = self._generators.get(seq.request_id)
+                if own is not None and params[i].do_sample:
+                    tokens[i] = sample_next(logits[i:i + 1], params[i:i + 1], histories[i:i + 1], own, counts[i:i + 1])[0]
         # committed only once the step succeeded: after an error (or Ctrl-C) the same work is simply redone
         for seq, n in zip(batch.seqs, batch.num_new):
             seq.num_computed += n
@@ -187,6 +197,7 @@ class LLMEngine:
             reason = self._check_finish(seq, token)
             if reason is not None:
                 self.scheduler.finish(seq, reason)
+                self._generators.pop(seq.request_id, None)
                 self._end_stream(seq.request_id)
             outputs.append(RequestOutput(seq.request_id, [token], seq.output_ids, reason is not None, reason))
         return outputs
