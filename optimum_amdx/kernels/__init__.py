@@ -13,6 +13,8 @@ Every op has the same shape (new kernels follow it):
   ``_*_triton`` module by name, and the compile check
   (``python -m optimum_amdx.devtools.amd_compile``) compiles each spec for gfx90a, gfx942, gfx950
   and gfx1100.
+- Every launch passes ``**triton_compat.PINNED_COMPILE_OPTIONS`` (compile defaults that differ
+  between Triton releases); the compile check adds the same options to every spec.
 - Imports point one way: ``_<op>_triton`` may import ``compile_spec``, ``runtime`` and its front's
   pure helpers; a front never imports a ``_*_triton`` module at module level. No circles.
 

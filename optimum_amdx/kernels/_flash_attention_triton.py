@@ -23,10 +23,10 @@ from optimum_amdx.kernels.compile_spec import CompileSpec, grouped_specs
 from optimum_amdx.kernels.runtime import (
     amd_launch_options,
     arch_family,
-    interpret_mode,
     next_pow2,
     split_launch_options,
 )
+from optimum_amdx.kernels.triton_compat import PINNED_COMPILE_OPTIONS
 
 LOG2E = 1.4426950408889634
 
@@ -59,7 +59,7 @@ def flash_config(family: str, head_dim_pad: int, causal: bool) -> dict[str, Any]
 def _flash_tile(
     acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, seqlen_k, diag, qk_scale, stride_ks, stride_vs,
     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    MASKED: tl.constexpr, CAUSAL: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr,
 ):
     """One key/value tile of the online softmax; MASKED tiles check key bounds and causality."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -76,10 +76,7 @@ def _flash_tile(
     else:
         k = tl.load(k_ptrs, mask=offs_d[:, None] < HEAD_DIM, other=0.0)
         v = tl.load(v_ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
-    if UPCAST_DOT:
-        qk = tl.dot(q.to(tl.float32), k.to(tl.float32))
-    else:
-        qk = tl.dot(q, k)
+    qk = tl.dot(q, k)
     if MASKED:
         visible = offs_n[None, :] < seqlen_k
         if CAUSAL:
@@ -89,11 +86,7 @@ def _flash_tile(
     p = tl.exp2(qk * qk_scale - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    if UPCAST_DOT:
-        pv = tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32))
-    else:
-        pv = tl.dot(p.to(v.dtype), v)
-    acc = acc * alpha[:, None] + pv
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, l_i, m_new
 
 
@@ -107,7 +100,7 @@ def _flash_fwd_kernel(
     stride_ob, stride_oh, stride_os,
     NUM_QPK: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, VARLEN: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    CAUSAL: tl.constexpr, VARLEN: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -155,12 +148,12 @@ def _flash_fwd_kernel(
     for start_n in range(0, full_hi, BLOCK_N):
         acc, l_i, m_i = _flash_tile(
             acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, seqlen_k, diag, qk_scale, stride_ks, stride_vs,
-            BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL, UPCAST_DOT,
+            BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, False, CAUSAL,
         )
     for start_n in range(full_hi, hi, BLOCK_N):
         acc, l_i, m_i = _flash_tile(
             acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, seqlen_k, diag, qk_scale, stride_ks, stride_vs,
-            BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL, UPCAST_DOT,
+            BLOCK_N, HEAD_DIM, HEAD_DIM_PAD, True, CAUSAL,
         )
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
@@ -186,7 +179,7 @@ def _launch(
         *q_strides, *k_strides, *v_strides, *o_strides,
         NUM_QPK=num_heads // num_kv_heads, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
         BLOCK_M=consts["BLOCK_M"], BLOCK_N=consts["BLOCK_N"], CAUSAL=causal, VARLEN=varlen,
-        UPCAST_DOT=interpret_mode() and q.dtype == torch.bfloat16, **launch,
+        **launch, **PINNED_COMPILE_OPTIONS,
     )
 
 
@@ -251,7 +244,7 @@ def _flash_spec(head_dim: int, dtype: str, causal: bool, varlen: bool, num_qpk: 
     def make(arch: str) -> tuple[dict, dict]:
         consts, launch = split_launch_options(flash_config(arch_family(arch), head_dim, causal))
         return {"NUM_QPK": num_qpk, "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim, **consts,
-                "CAUSAL": causal, "VARLEN": varlen, "UPCAST_DOT": False}, launch
+                "CAUSAL": causal, "VARLEN": varlen}, launch
 
     signature.update({k: "constexpr" for k in make("gfx942")[0]})
     mode = ("causal" if causal else "full") + (",varlen" if varlen else "")

@@ -28,10 +28,10 @@ from optimum_amdx.kernels.compile_spec import CompileSpec, grouped_specs
 from optimum_amdx.kernels.runtime import (
     amd_launch_options,
     arch_family,
-    interpret_mode,
     next_pow2,
     split_launch_options,
 )
+from optimum_amdx.kernels.triton_compat import PINNED_COMPILE_OPTIONS
 
 LOG2E = 1.4426950408889634
 
@@ -114,15 +114,6 @@ def reshape_cache_config(family: str) -> dict[str, Any]:
 
 
 @triton.jit
-def _dot(a, b, UPCAST: tl.constexpr):
-    """tl.dot with fp32 accumulation; UPCAST feeds fp32 operands (the Triton 3.6 CPU interpreter
-    computes bf16 x bf16 dots wrongly, so interpreter runs on bf16 set it; GPU launches never do)."""
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32))
-    return tl.dot(a, b)
-
-
-@triton.jit
 def _reshape_and_cache_kernel(
     key_ptr,
     value_ptr,
@@ -183,7 +174,7 @@ def _paged_tile(
     acc, l_i, m_i, q, table, k_head, v_head, tile_start, q_pos, kv_end, sliding_window, qk_scale,
     stride_kb, stride_ks, stride_vb, stride_vs,
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr,
 ):
     """One key/value tile read through the block table; MASKED tiles check length, causality, window."""
     offs_n = tile_start + tl.arange(0, BLOCK_N)
@@ -206,7 +197,7 @@ def _paged_tile(
     else:
         k = tl.load(k_ptrs, mask=d_mask[:, None], other=0.0)
         v = tl.load(v_ptrs, mask=d_mask[None, :], other=0.0)
-    scores = _dot(q, k, UPCAST_DOT) * qk_scale
+    scores = tl.dot(q, k) * qk_scale
     if MASKED:
         visible = offs_n[None, :] <= q_pos[:, None]
         if USE_WINDOW:
@@ -216,7 +207,7 @@ def _paged_tile(
     p = tl.exp2(scores - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST_DOT)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, l_i, m_new
 
 
@@ -255,7 +246,6 @@ def _unified_attention_kernel(
     PAGE_SIZE: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
-    UPCAST_DOT: tl.constexpr,
 ):
     q_block = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -314,13 +304,13 @@ def _unified_attention_kernel(
         acc, l_i, m_i = _paged_tile(
             acc, l_i, m_i, q, table, k_head, v_head, kv_start + tile * BLOCK_N, q_pos, kv_end, sliding_window,
             qk_scale, stride_kb, stride_ks, stride_vb, stride_vs,
-            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, False, USE_WINDOW, UPCAST_DOT,
+            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, False, USE_WINDOW,
         )
     for tile in range(full_end, tile_hi):
         acc, l_i, m_i = _paged_tile(
             acc, l_i, m_i, q, table, k_head, v_head, kv_start + tile * BLOCK_N, q_pos, kv_end, sliding_window,
             qk_scale, stride_kb, stride_ks, stride_vb, stride_vs,
-            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True, USE_WINDOW, UPCAST_DOT,
+            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True, USE_WINDOW,
         )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -389,13 +379,8 @@ def reshape_and_cache_triton(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, HEADS_PAD=next_pow2(num_kv_heads),
-        HEAD_DIM_PAD=next_pow2(head_dim), PAGE_SIZE=k_cache.shape[1], **opts,
+        HEAD_DIM_PAD=next_pow2(head_dim), PAGE_SIZE=k_cache.shape[1], **opts, **PINNED_COMPILE_OPTIONS,
     )
-
-
-def upcast_dot(t: torch.Tensor) -> bool:
-    """Whether `_dot` must feed fp32 operands: bf16 data under the CPU interpreter only."""
-    return interpret_mode() and t.dtype == torch.bfloat16
 
 
 @functools.lru_cache(maxsize=None)
@@ -464,13 +449,13 @@ def unified_attention_triton(
         out.stride(0), out.stride(1), block_tables.stride(0),
         NUM_QPK=num_qpk, BLOCK_M=block_m, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
         BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
-        NUM_SPLITS=num_splits, UPCAST_DOT=upcast_dot(q), **launch,
+        NUM_SPLITS=num_splits, **launch, **PINNED_COMPILE_OPTIONS,
     )
     if num_splits > 1:
         _split_reduce_kernel[(total_q, num_heads)](
             part_out, part_lse, out, num_heads, out.stride(0), out.stride(1),
             NUM_SPLITS=num_splits, SPLITS_PAD=next_pow2(num_splits), HEAD_DIM=head_dim,
-            HEAD_DIM_PAD=head_dim_pad, **split_reduce_config(family),
+            HEAD_DIM_PAD=head_dim_pad, **split_reduce_config(family), **PINNED_COMPILE_OPTIONS,
         )
     return out
 
@@ -497,7 +482,7 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
         consts = {
             "NUM_QPK": num_qpk, "BLOCK_M": consts["BLOCK_M"], "BLOCK_Q": max(1, consts["BLOCK_M"] // num_qpk),
             "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim, "BLOCK_N": consts["BLOCK_N"], "PAGE_SIZE": 16,
-            "USE_WINDOW": False, "NUM_SPLITS": num_splits, "UPCAST_DOT": False,
+            "USE_WINDOW": False, "NUM_SPLITS": num_splits,
         }
         return consts, launch
 

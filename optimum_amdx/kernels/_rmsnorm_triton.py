@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from .compile_spec import CompileSpec
+from .triton_compat import PINNED_COMPILE_OPTIONS
 
 __all__ = ["rms_norm_triton", "AMD_COMPILE_SPECS"]
 
@@ -71,7 +72,7 @@ def rms_norm_triton(
     _rms_norm_kernel[(x2.shape[0],)](
         x2, r2, weight, y, h,
         hidden, x2.stride(0), r2.stride(0), y.stride(0), h.stride(0), eps,
-        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=_num_warps(block),
+        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=_num_warps(block), **PINNED_COMPILE_OPTIONS,
     )
     y = y.reshape(x.shape)
     return y if residual is None else (y, h.reshape(x.shape))

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from .compile_spec import CompileSpec
+from .triton_compat import PINNED_COMPILE_OPTIONS
 
 __all__ = ["rotary_triton_", "AMD_COMPILE_SPECS"]
 
@@ -78,7 +79,7 @@ def rotary_triton_(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos_c.stride(0),
         q.shape[1], k.shape[1],
         HALF=half, BLOCK_P=block_p, BLOCK_HQ=block_hq, BLOCK_HK=block_hk, INTERLEAVED=interleaved,
-        num_warps=_num_warps(block_hq * block_p * 2),
+        num_warps=_num_warps(block_hq * block_p * 2), **PINNED_COMPILE_OPTIONS,
     )
 
 

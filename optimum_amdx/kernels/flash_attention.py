@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from optimum_amdx.kernels.runtime import arch_family, device_arch, use_triton
+from optimum_amdx.kernels.runtime import tensor_family, use_triton
 
 __all__ = [
     "check_gqa",
@@ -156,7 +156,7 @@ def flash_attention(
     if use_triton(q, k, v):
         from optimum_amdx.kernels._flash_attention_triton import flash_attention_triton
 
-        return flash_attention_triton(q, k, v, causal, softmax_scale, _family(q))
+        return flash_attention_triton(q, k, v, causal, softmax_scale, tensor_family(q))
     return flash_attention_reference(q, k, v, causal, softmax_scale)
 
 
@@ -181,13 +181,8 @@ def flash_attention_varlen(
         from optimum_amdx.kernels._flash_attention_triton import flash_attention_varlen_triton
 
         return flash_attention_varlen_triton(
-            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, _family(q)
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale, tensor_family(q)
         )
     return flash_attention_varlen_reference(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale
     )
-
-
-def _family(t: torch.Tensor) -> str:
-    index = t.device.index if t.device.type == "cuda" and t.device.index is not None else 0
-    return arch_family(device_arch(index))

@@ -15,7 +15,7 @@ import math
 import torch
 
 from optimum_amdx.kernels.flash_attention import check_qkv, masked_softmax_attention
-from optimum_amdx.kernels.runtime import arch_family, device_arch, use_triton
+from optimum_amdx.kernels.runtime import tensor_family, use_triton
 
 __all__ = [
     "gather_paged_kv",
@@ -106,7 +106,7 @@ def reshape_and_cache(
     if use_triton(key, value, k_cache, v_cache):
         from optimum_amdx.kernels._paged_attention_triton import reshape_and_cache_triton
 
-        reshape_and_cache_triton(key, value, k_cache, v_cache, slot_mapping, _family(key))
+        reshape_and_cache_triton(key, value, k_cache, v_cache, slot_mapping, tensor_family(key))
     else:
         reshape_and_cache_reference(key, value, k_cache, v_cache, slot_mapping)
 
@@ -144,14 +144,9 @@ def unified_attention(
 
         return unified_attention_triton(
             q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
-            softmax_scale, sliding_window, out, num_splits, _family(q),
+            softmax_scale, sliding_window, out, num_splits, tensor_family(q),
         )
     return unified_attention_reference(
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
         softmax_scale, sliding_window, out, num_splits,
     )
-
-
-def _family(t: torch.Tensor) -> str:
-    index = t.device.index if t.device.type == "cuda" and t.device.index is not None else 0
-    return arch_family(device_arch(index))

@@ -73,6 +73,12 @@ def arch_family(arch: str) -> str:
     return "nvidia" if arch.startswith("sm_") else "unknown"
 
 
+def tensor_family(t: "torch.Tensor") -> str:
+    """The config family of the device a tensor lives on ("cpu" for CPU tensors and the interpreter)."""
+    index = t.device.index if t.device.type == "cuda" and t.device.index is not None else 0
+    return arch_family(device_arch(index))
+
+
 def next_pow2(n: int) -> int:
     """Smallest power of two >= n (and >= 1)."""
     return 1 << max(0, (int(n) - 1).bit_length())

@@ -1,8 +1,11 @@
 """What differs between the Triton releases we support (3.6 to 3.9), handled in this one place.
 
-Compiled kernels (GPU, and the AMD ahead-of-time compile): nothing here. The attention, RMSNorm and
-rotary kernels use only language features that behave the same in 3.6-3.9; what a release changes
-in the generated code (registers, occupancy) is recorded per version by the compile check
+Compiled kernels (GPU, and the AMD ahead-of-time compile): the language features the kernels use
+behave the same in 3.6-3.9. One compile default moves: FP fusion (contracting a * b + c into one
+FMA) is on by default through 3.9, and 3.9 warns in every process that the default turns off in
+3.10. Every launch (and every compile-check spec) passes `PINNED_COMPILE_OPTIONS`, so all versions
+build the kernels the way they were validated, and 3.9 stays quiet. What a release changes in the
+generated code (registers, occupancy) is recorded per version by the compile check
 (`optimum_amdx/devtools/compile_tables/`), not papered over.
 
 The CPU interpreter (`TRITON_INTERPRET=1`: CI, debugging) has three defects that would make a
@@ -21,7 +24,8 @@ Triton release that fixes one simply stops being patched:
    interpreter leg runs with current NumPy; without it, it would need numpy<2.3.
 
 `runtime.use_triton` calls `fix_interpreter()` the first time it picks the interpreter, so every
-interpreter user (tests included) gets results that match the GPU, with no test-only patches.
+interpreter user (tests included) gets results that match the GPU, with no test-only patches and no
+interpreter-only branches in the kernels (the attention kernels' former UPCAST_DOT is gone).
 """
 
 from __future__ import annotations
@@ -30,7 +34,11 @@ import functools
 import inspect
 from typing import Any
 
-__all__ = ["fix_interpreter", "interpreter_defects"]
+__all__ = ["PINNED_COMPILE_OPTIONS", "fix_interpreter", "interpreter_defects"]
+
+PINNED_COMPILE_OPTIONS: dict[str, Any] = {"enable_fp_fusion": True}
+"""Compile options passed to every kernel launch because their default differs between releases
+(accepted by 3.6-3.9 on AMD and NVIDIA; the interpreter ignores them)."""
 
 
 def _builder_and_handle() -> tuple[Any, Any, Any]:

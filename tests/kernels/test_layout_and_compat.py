@@ -74,3 +74,14 @@ def test_interpreter_defects_are_repaired():
 
     fix_interpreter()
     assert interpreter_defects() == []
+
+
+def test_env_reports_a_triton_outside_the_range_as_a_problem_with_its_fix():
+    from optimum_amdx.hardware.report import find_problems, format_report, hardware_report
+
+    report = hardware_report()
+    report["triton"].update(installed=True, version="3.4.0", **triton_validation("3.4.0", "2.13.0"))
+    problems = [p for p in find_problems(report) if "validated" in p.problem]
+    assert len(problems) == 1 and "triton==3.7.1" in problems[0].fix
+    report["problems"] = []
+    assert "validated (3.6 to 3.9): NO" in format_report(report)
