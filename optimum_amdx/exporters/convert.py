@@ -271,10 +271,16 @@ def export_model(
 
         report = None
         tol = DEFAULT_ATOL[dtype] if atol is None else float(atol)
-        if validate and static_decoder:
-            report = validate_static(raw, torch_model, torch_dtype, static_shapes.capacity, tol)
-        elif validate:
-            report = validate_export(raw, torch_model, task, torch_dtype, tol)
+        if validate:
+            # fp16 is judged against the fp32 model (see exporters/validate.py); a float copy, never the caller's model.
+            reference = copy.deepcopy(torch_model).float().eval() if dtype == "fp16" else None
+            if static_decoder:
+                report = validate_static(raw, torch_model, torch_dtype, static_shapes.capacity, tol, reference,
+                                         optimized=optimize is not None)
+            else:
+                report = validate_export(raw, torch_model, task, torch_dtype, tol, reference,
+                                         optimized=optimize is not None)
+            del reference
 
         graph_entries = [GraphEntry(ONNX_FILE, ROLE_MAIN)]
         buckets: list[str] = []

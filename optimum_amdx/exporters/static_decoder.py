@@ -17,7 +17,6 @@ points at the same weight file, so a bucket costs kilobytes, not another copy of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,13 @@ import torch
 from torch.export import Dim
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from ..errors import ExportValidationError, InvalidArgumentError
+from ..errors import InvalidArgumentError
 from .contract import (
     BATCH_DIM, CACHE_POSITION, ROLE_DECODE, ROLE_PREFILL, SEQUENCE_DIM, GraphEntry, decode_file, decoder_input_names,
     decoder_output_names, decoder_shape, past_names, prefill_file, present_names,
 )
 from .static import StaticShapes
+from .validate import ValidationReport, check, record
 from .wrappers import TraceSpec
 
 
@@ -172,59 +172,47 @@ def write_decoder_graphs(folder: Path, source: str, shapes: StaticShapes) -> lis
     return entries
 
 
-@dataclass
-class StaticValidation:
-    """Max abs diff of the last-position logits, prefill and one decode step, against the tolerance."""
+def _reference_logits(model: torch.nn.Module, ex: dict[str, Any], seq: int, nxt: torch.Tensor,
+                      mask: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Last-position logits of transformers (dynamic cache, unpadded layout) for the prefill and one decode step."""
+    from transformers import DynamicCache
 
-    atol: float
-    prefill: float
-    decode: float
-
-    def to_dict(self) -> dict:
-        return {"atol": self.atol, "max_abs_diff": max(self.prefill, self.decode),
-                "per_output": {"prefill.logits": self.prefill, "decode.logits": self.decode}}
+    cache = DynamicCache(config=model.config)
+    first = model(input_ids=ex["input_ids"], attention_mask=ex["attention_mask"][:, :seq],
+                  position_ids=ex["position_ids"], past_key_values=cache, use_cache=True)
+    second = model(input_ids=nxt, attention_mask=mask[:, :seq + 1], position_ids=pos, past_key_values=cache,
+                   use_cache=True)
+    return first.logits[:, -1], second.logits[:, -1]
 
 
 def validate_static(onnx_path: Path, model: torch.nn.Module, dtype: torch.dtype, capacity: int, atol: float,
-                    reference: torch.nn.Module | None = None) -> StaticValidation:
+                    reference: torch.nn.Module | None = None, optimized: bool = False) -> ValidationReport:
     """Run a left-padded prefill and one decode step through the graph and through transformers (dynamic cache).
 
     The graph writes the padded prompt into buffer slots; transformers sees the unpadded layout,
     so agreement shows the masking, positions and buffer writes are right, not only the weights.
+    `reference` is the fp32 twin of an fp16 `model` (see `validate`).
     """
     import onnxruntime as ort
-    from transformers import DynamicCache
 
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    layers = decoder_shape(model.config).num_layers
-    names = decoder_input_names(layers, static=True)
+    names = decoder_input_names(decoder_shape(model.config).num_layers, static=True)
+    vocab = model.config.get_text_config(decoder=True).vocab_size
     seq = 6
     ex = static_example(model.config, dtype, capacity, batch=2, seq=seq, seed=5)
-    feed = {n: t.numpy() for n, t in zip(names, [ex["input_ids"], ex["attention_mask"], ex["position_ids"],
-                                                 ex["cache_position"], *ex["past"]])}
-    got = session.run(None, feed)
-    ref_model = reference if reference is not None else model
-    vocab = model.config.get_text_config(decoder=True).vocab_size
+    got = session.run(None, {n: t.numpy() for n, t in zip(names, [ex["input_ids"], ex["attention_mask"],
+                                                                   ex["position_ids"], ex["cache_position"],
+                                                                   *ex["past"]])})
+    nxt = torch.randint(3, vocab, (2, 1), generator=torch.Generator().manual_seed(6))
+    mask = ex["attention_mask"].clone()
+    mask[:, seq] = 1
+    pos = ex["position_ids"][:, -1:] + 1
+    got2 = session.run(None, dict(zip(names, [nxt.numpy(), mask.numpy(), pos.numpy(), np.array([seq], dtype=np.int64),
+                                              *got[1:]])))
+    report = ValidationReport(atol=atol)
     with torch.inference_mode():
-        mask2d = ex["attention_mask"][:, :seq]
-        cache = DynamicCache(config=ref_model.config)
-        ref = ref_model(input_ids=ex["input_ids"], attention_mask=mask2d, position_ids=ex["position_ids"],
-                        past_key_values=cache, use_cache=True)
-        prefill = float(np.abs(got[0][:, -1].astype(np.float32) - ref.logits[:, -1].float().numpy()).max())
-        nxt = torch.randint(3, vocab, (2, 1), generator=torch.Generator().manual_seed(6))
-        mask = ex["attention_mask"].clone()
-        mask[:, seq] = 1
-        pos = ex["position_ids"][:, -1:] + 1
-        feed2 = {n: v for n, v in zip(names, [nxt.numpy(), mask.numpy(), pos.numpy(), np.array([seq], dtype=np.int64),
-                                              *got[1:]])}
-        got2 = session.run(None, feed2)
-        ref2 = ref_model(input_ids=nxt, attention_mask=mask[:, :seq + 1], position_ids=pos, past_key_values=cache,
-                         use_cache=True)
-        decode = float(np.abs(got2[0][:, -1].astype(np.float32) - ref2.logits[:, -1].float().numpy()).max())
-    report = StaticValidation(atol, prefill, decode)
-    if not max(prefill, decode) <= atol:
-        raise ExportValidationError(
-            f"Static-cache graph {onnx_path.name} differs from PyTorch: max abs diff of the last logits "
-            f"{max(prefill, decode):.3g} > atol {atol:g} (prefill {prefill:.3g}, decode {decode:.3g})."
-        )
-    return report
+        ref = _reference_logits(model, ex, seq, nxt, mask, pos)
+        ref32 = _reference_logits(reference, ex, seq, nxt, mask, pos) if reference is not None else (None, None)
+    record(report, "prefill.logits", got[0][:, -1], ref[0], ref32[0])
+    record(report, "decode.logits", got2[0][:, -1], ref[1], ref32[1])
+    return check(report, onnx_path.name, optimized)

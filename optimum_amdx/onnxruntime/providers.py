@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import Any, Mapping
@@ -52,7 +53,8 @@ _BOOL_KEYS: dict[str, frozenset[str]] = {
                      "miopen_conv_exhaustive_search", "enable_hip_graph", "miopen_conv_use_max_workspace"}),
     MIGRAPHX: frozenset({"migraphx_fp16_enable", "migraphx_int8_enable", "migraphx_fp8_enable",
                          "migraphx_bf16_enable", "migraphx_exhaustive_tune", "migraphx_save_compiled_model",
-                         "migraphx_load_compiled_model", "migraphx_use_native_calibration_table"}),
+                         "migraphx_load_compiled_model", "migraphx_use_native_calibration_table",
+                         "migraphx_int8_use_native_calibration_table"}),
     CUDA: frozenset({"do_copy_in_default_stream", "enable_cuda_graph", "cudnn_conv_use_max_workspace",
                      "use_tf32", "enable_skip_layer_norm_strict_mode"}),
     CPU: frozenset(),
@@ -62,7 +64,8 @@ _OTHER_KEYS: dict[str, frozenset[str]] = {
                      "gpu_external_alloc", "gpu_external_free", "gpu_external_empty_cache"}),
     MIGRAPHX: frozenset({"device_id", "migraphx_model_cache_dir", "migraphx_save_model_path",
                          "migraphx_load_model_path", "migraphx_int8_calibration_table_name",
-                         "migraphx_mem_limit", "migraphx_arena_extend_strategy"}),
+                         "migraphx_mem_limit", "migraphx_arena_extend_strategy", "migraphx_external_alloc",
+                         "migraphx_external_free", "migraphx_external_empty_cache"}),
     CUDA: frozenset({"device_id", "gpu_mem_limit", "arena_extend_strategy", "cudnn_conv_algo_search",
                      "tunable_op_enable", "tunable_op_tuning_enable"}),
     CPU: frozenset({"arena_extend_strategy"}),
@@ -142,9 +145,37 @@ def provider_options(provider: str, options: Mapping[str, Any] | None = None) ->
             merged[key] = str(int(value))
         else:
             merged[key] = str(value)
-    if provider == MIGRAPHX and "migraphx_model_cache_dir" in merged:
-        Path(merged["migraphx_model_cache_dir"]).expanduser().mkdir(parents=True, exist_ok=True)
+    if provider == MIGRAPHX:
+        _check_migraphx(merged)
     return merged
+
+
+def _check_migraphx(options: dict[str, str]) -> None:
+    """MIGraphX options that fail late (or silently) inside ONNX Runtime, checked up front.
+
+    `migraphx_model_cache_dir` is where MIGraphX saves each compiled program (one per graph of a
+    static export) and loads it on the next run instead of compiling again: it must be a
+    writable folder. It is made absolute and created here.
+    """
+    cache = options.get("migraphx_model_cache_dir")
+    if cache is not None:
+        folder = Path(cache).expanduser().resolve()
+        if folder.exists() and not folder.is_dir():
+            raise InvalidArgumentError(f"MIGraphX option migraphx_model_cache_dir={cache!r} is a file; give a folder.")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InvalidArgumentError(f"MIGraphX option migraphx_model_cache_dir={cache!r}: cannot create it ({err}).") from err
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise InvalidArgumentError(
+                f"MIGraphX option migraphx_model_cache_dir={cache!r} is not writable; compiled programs could not be saved."
+            )
+        options["migraphx_model_cache_dir"] = str(folder)
+    limit = options.get("migraphx_mem_limit")
+    if limit is not None and not limit.isdigit():
+        raise InvalidArgumentError(f"MIGraphX option migraphx_mem_limit={limit!r}: expected a number of bytes.")
+    if options.get("migraphx_fp16_enable") == "1" and options.get("migraphx_bf16_enable") == "1":
+        raise InvalidArgumentError("MIGraphX options migraphx_fp16_enable and migraphx_bf16_enable exclude each other.")
 
 
 def missing_libraries(provider: str) -> list[str]:

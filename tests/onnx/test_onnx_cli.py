@@ -28,7 +28,7 @@ def test_optimum_cli_export_rocm_help():
 def test_optimum_amdx_export_writes_folder_and_json(tmp_path, tiny_bert_cls_dir, capsys):
     out = tmp_path / "cls"
     code = main(["export", "--model", str(tiny_bert_cls_dir), str(out), "--optimize", "--static-shapes", "batch=1,2",
-                 "sequence=8", "--json"])
+                 "--static-shapes", "sequence=8", "--json"])
     assert code == 0
     meta = json.loads(capsys.readouterr().out)
     assert meta["task"] == "text-classification" and meta["optimization"]["level"] == "extended"
@@ -47,7 +47,7 @@ def test_cli_errors_exit_2_and_keep_existing_output(tmp_path, tiny_bert_cls_dir,
     assert "static-shapes" in capsys.readouterr().err or not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("bad", [["batch=1"], ["rows=1", "sequence=8"], ["batch=a", "sequence=8"]])
+@pytest.mark.parametrize("bad", [["batch=1"], ["rows=1,sequence=8"], ["batch=a,sequence=8"]])
 def test_static_shapes_parsing_errors(tmp_path, tiny_bert_cls_dir, capsys, bad):
     assert main(["export", "--model", str(tiny_bert_cls_dir), str(tmp_path / "x"), "--static-shapes", *bad]) == 2
     assert "error:" in capsys.readouterr().err

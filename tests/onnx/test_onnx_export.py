@@ -118,9 +118,9 @@ def test_bad_export_arguments(tmp_path, tiny_bert_cls_dir, kwargs, message):
     assert not (tmp_path / "x").exists()
 
 
-def test_static_shapes_refused_for_decoders(tmp_path, tiny_llama_dir, folder_snapshot):
-    with pytest.raises(InvalidArgumentError, match="encoder tasks"):
-        export_model(tiny_llama_dir, tmp_path / "x", static_shapes=StaticShapes((1,), (64,)))
+def test_kv_capacity_refused_for_encoders(tmp_path, tiny_bert_cls_dir, folder_snapshot):
+    with pytest.raises(InvalidArgumentError, match="capacity=... applies to decoders"):
+        export_model(tiny_bert_cls_dir, tmp_path / "x", static_shapes=StaticShapes((1,), (64,), capacity=128))
     assert folder_snapshot(tmp_path) == {}
 
 
