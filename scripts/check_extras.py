@@ -6,7 +6,9 @@ Two modes (standard library only, so it runs in an environment without pytest):
       Reads every `import` in optimum_amdx/ (also those inside functions) and pyproject.toml: each
       third-party module must come from a distribution declared in the core dependencies or in a
       user-facing extra (not only in dev/peers).
-  python scripts/check_extras.py env EXTRA        (EXTRA: core, onnx, kernels, data, gptq, deepspeed, benchmark)
+  python scripts/check_extras.py extras
+      Prints the user-facing extras of pyproject.toml (all optional groups but dev, peers and all).
+  python scripts/check_extras.py env EXTRA        (EXTRA: core or one of those extras)
       Run inside an environment that has the core dependencies plus EXTRA only (CI builds them in
       scripts/ci_extras.sh). Proves the environment is isolated (the other extras' modules are absent),
       then imports every optimum_amdx module and every third-party name our code imports that core+EXTRA
@@ -32,14 +34,20 @@ DISTRIBUTION = {
     "huggingface_hub": "huggingface_hub", "tqdm": "tqdm", "numpy": "numpy", "gguf": "gguf",
     "accelerate": "accelerate", "onnx": "onnx", "onnxruntime": "onnxruntime", "onnxscript": "onnxscript",
     "triton": "triton", "datasets": "datasets", "deepspeed": "deepspeed", "matplotlib": "matplotlib",
+    "starlette": "starlette", "uvicorn": "uvicorn", "prometheus_client": "prometheus_client",
 }
 # modules no import statement of ours names, but that a library loads for one of our features
 IMPLICIT = {"core": ["accelerate", "gguf"], "onnx": ["onnxscript"]}
-USER_EXTRAS = ("onnx", "kernels", "data", "gptq", "deepspeed", "benchmark")
+NOT_USER_EXTRAS = ("dev", "peers", "all")  # test tools, peer libraries for interop tests, everything
 
 
 def _requirement_name(req: str) -> str:
     return re.split(r"[\s<>=!~;\[]", req.strip(), maxsplit=1)[0].lower().replace("-", "_")
+
+
+def user_extras() -> list[str]:
+    """The extras that enable features (every optional group but dev, peers and all)."""
+    return [name for name in declared() if name not in ("core",) + NOT_USER_EXTRAS]
 
 
 def declared() -> dict[str, set[str]]:
@@ -75,7 +83,7 @@ def third_party_imports() -> dict[str, set[str]]:
 def check_static() -> list[str]:
     """Problems: undeclared or dev-only third-party imports."""
     groups = declared()
-    user = groups["core"].union(*(groups[e] for e in USER_EXTRAS))
+    user = groups["core"].union(*(groups[e] for e in user_extras()))
     problems = []
     for name, files in sorted(third_party_imports().items()):
         top = name.split(".")[0]
@@ -108,7 +116,7 @@ def check_env(extra: str) -> list[str]:
     problems = []
     # 1. isolation: the other extras' modules must be absent, or this check proves nothing
     for top, dist in sorted(DISTRIBUTION.items()):
-        if dist in allowed or dist not in set().union(*(groups[e] for e in USER_EXTRAS)):
+        if dist in allowed or dist not in set().union(*(groups[e] for e in user_extras())):
             continue
         if importlib.util.find_spec(top) is not None:
             problems.append(f"{top} is importable, but {dist} belongs to another extra: this environment is not "
@@ -160,7 +168,10 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["static"]:
         problems = check_static()
         label = "static check"
-    elif len(argv) == 2 and argv[0] == "env" and argv[1] in ("core",) + USER_EXTRAS:
+    elif argv == ["extras"]:
+        print(" ".join(user_extras()))
+        return 0
+    elif len(argv) == 2 and argv[0] == "env" and argv[1] in ["core"] + user_extras():
         problems = check_env(argv[1])
         label = f"core+{argv[1]}" if argv[1] != "core" else "core"
     else:

@@ -21,7 +21,7 @@ pip=(-m pip install -q --disable-pip-version-check)
 OPTIMUM_AMDX_CACHE="$base/cache" "$core/bin/optimum-amdx" generate --model default --max-new-tokens 8 \
   "The three primary colors are"
 site=$("$core/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-for extra in onnx kernels data gptq deepspeed benchmark; do
+for extra in $("$core/bin/python" scripts/check_extras.py extras); do
   env="$base/$extra"
   "$PY" -m venv --without-pip "$env"
   xsite=$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

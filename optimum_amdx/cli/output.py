@@ -37,12 +37,13 @@ def data_stdout() -> Iterator[TextIO]:
     sys.stdout = sys.stderr
     try:
         yield data
+        data.flush()  # a reader that went away (`| head`) raises BrokenPipeError here, for the caller to handle
     finally:
         sys.stdout = original
+        sys.stderr.flush()
+        os.dup2(saved, fd)
+        os.close(saved)
         try:
-            data.flush()
-        finally:
             data.close()
-            sys.stderr.flush()
-            os.dup2(saved, fd)
-            os.close(saved)
+        except OSError:
+            pass  # already reported by the flush above

@@ -103,11 +103,11 @@ def _check_writable(out_path: str, overwrite: bool) -> None:
 
 def _plots_available(args: argparse.Namespace) -> bool:
     """matplotlib is optional: without it the results are still written, without PNGs (said before the sweep)."""
-    import importlib.util
-
     if args.no_plots:
         return False
-    if importlib.util.find_spec("matplotlib") is None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
         print("warning: matplotlib is not installed, so no plots (results.json and table.txt are still written); "
               "pip install 'optimum-amdx[benchmark]' for them, or pass --no-plots.", file=sys.stderr)
         return False
@@ -202,9 +202,11 @@ def _run(args: argparse.Namespace, out) -> int:  # noqa: ANN001 - a text stream
 
 
 def _plots_available_quiet() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("matplotlib") is not None
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _quiet_transformers() -> None:
