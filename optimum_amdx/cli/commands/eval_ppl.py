@@ -20,19 +20,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _context_length(path) -> int | None:  # noqa: ANN001 - a Path
+    """max_position_embeddings from config.json (read without loading the model), or None."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings") or config.get("n_positions")
+    return int(value) if isinstance(value, int) else None
+
+
 def run(args: argparse.Namespace) -> int:
     import time
 
     from ...models import default_device, load_causal_lm, load_tokenizer, parse_dtype, resolve_model
     from ...quantization import is_gptq_checkpoint, load_gptq_model, perplexity
     from ...quantization.calibration import describe_split, get_eval_tokens
+    from ...quantization.perplexity import check_eval_sizes
 
+    check_eval_sizes(args.seqlen, args.max_windows)
     device = args.device or default_device()
     dtype = parse_dtype(args.dtype, device)
     path = resolve_model(args.model)
+    check_eval_sizes(args.seqlen, args.max_windows, _context_length(path))
     gptq = is_gptq_checkpoint(path)
+    tokens = get_eval_tokens(args.dataset, load_tokenizer(path))  # a bad dataset fails before the model loads
+    if len(tokens) < args.seqlen:
+        from ...errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"The evaluation text has {len(tokens)} tokens, fewer than one window of {args.seqlen}; use a smaller --seqlen."
+        )
     model = load_gptq_model(path, device, dtype) if gptq else load_causal_lm(path, dtype=dtype, device=device)
-    tokens = get_eval_tokens(args.dataset, load_tokenizer(path))
     start = time.perf_counter()
     ppl = perplexity(model, tokens, seqlen=args.seqlen, max_windows=args.max_windows, verbose=not args.json)
     seconds = time.perf_counter() - start
