@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,9 +21,11 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..errors import InvalidArgumentError
+from ..io import parse_size
 from .calibration import get_calibration_data
 from .checkpoint import save_quantized
 from .config import GPTQConfig
+from .estimate import cpu_cost_warning
 from .gptq import HessianAccumulator, QuantResult, gptq_quantize, rtn_quantize
 from .model_utils import block_linears, check_causal_lm, decoder_layers, set_submodule
 from .packing import pack_gptq
@@ -90,6 +93,7 @@ class GPTQQuantizer:
             if needs_tokenizer and tokenizer is None:
                 raise InvalidArgumentError("GPTQ needs a tokenizer to turn the calibration text into tokens; pass tokenizer=.")
             samples = get_calibration_data(dataset, tokenizer, cfg.n_samples, cfg.seqlen, cfg.seed)
+            self._check_samples(model, samples)
             self._quantize_gptq(model, prefix, layers, samples)
         model.config.quantization_config = cfg.to_quantization_config()
         model.train(was_training)
@@ -100,8 +104,30 @@ class GPTQQuantizer:
 
     def save_pretrained(self, model: nn.Module, save_dir: str | os.PathLike, tokenizer: Any = None,
                         max_shard_size: str | int = "5GB", overwrite: bool = False):
-        """Write the quantized model as a standard GPTQ checkpoint folder (atomically)."""
+        """Write the quantized model as a standard GPTQ checkpoint folder (atomically).
+
+        `overwrite=True` replaces an earlier optimum-amdx output only, never a folder holding other files.
+        To learn about a bad `save_dir` before a long `quantize`, call `optimum_amdx.io.check_output_dir` first.
+        """
+        parse_size(max_shard_size, "max_shard_size")
         return save_quantized(model, save_dir, tokenizer, max_shard_size, overwrite)
+
+    def _check_samples(self, model: nn.Module, samples: list[torch.Tensor]) -> None:
+        """Refuse empty calibration; warn past the model's context length and before a long CPU run."""
+        if not samples or any(s.numel() == 0 for s in samples):
+            raise InvalidArgumentError("The calibration data is empty; give at least one non-empty sample.")
+        longest = max(s.shape[-1] for s in samples)
+        context = getattr(model.config, "max_position_embeddings", None)
+        if context and longest > context:
+            warnings.warn(
+                f"Calibration samples of {longest} tokens are longer than the model's context length ({context}); "
+                f"its activations past position {context} are not what it was trained on. Use seqlen <= {context}.",
+                stacklevel=3,
+            )
+        if self.device.type == "cpu":
+            message = cpu_cost_warning(model, len(samples), longest)
+            if message is not None:
+                warnings.warn(message, stacklevel=3)
 
     def summary(self) -> str:
         """Per-layer error table (sum over the layer's linears, and the worst linear) and one total line."""

@@ -168,3 +168,27 @@ def test_generation_past_the_context_length_warns(am):
     with pytest.warns(UserWarning, match="exceeds max_model_len=64"):
         out = am.generate([PROMPT], max_new_tokens=100)
     assert len(PROMPT) + len(out[0]) == 64
+
+
+@pytest.mark.network
+def test_default_model_recovers_after_bad_requests():
+    """SmolLM2-135M: the reported cases (an out-of-vocabulary id, a typo, max_new_tokens=0) then a good call."""
+    from optimum_amdx.models import load_causal_lm, load_tokenizer
+
+    tok = load_tokenizer("default")
+    model = load_causal_lm("default", dtype="fp32", device="cpu")
+    am = AMDModelForCausalLM(model, num_blocks=16, max_model_len=256)
+    ids = tok("The three primary colors are", return_tensors="pt").input_ids
+    vocab = model.get_input_embeddings().num_embeddings
+    with pytest.raises(InvalidArgumentError, match="outside the vocabulary"):
+        am.generate(torch.tensor([[1, vocab + 5]]), max_new_tokens=4)
+    with pytest.raises(InvalidArgumentError, match="did you mean 'max_new_tokens'"):
+        am.generate(ids, max_new_token=2)
+    with pytest.raises(InvalidArgumentError, match="max_new_tokens=0"):
+        am.generate(ids, max_new_tokens=0)
+    with pytest.raises(InvalidArgumentError, match="typical_p"):
+        am.generate(ids, max_new_tokens=2, typical_p=0.5)
+    out = am.generate(ids, max_new_tokens=8)
+    ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False)
+    assert torch.equal(out, ref)
+    assert am.engine.num_free_blocks == am.engine.num_blocks and not am.engine.has_unfinished()

@@ -20,18 +20,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _context_length(config: dict) -> int | None:
+    """max_position_embeddings (or n_positions) from a model's config.json, or None."""
+    value = config.get("max_position_embeddings") or config.get("n_positions")
+    return int(value) if isinstance(value, int) else None
+
+
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from ...models import default_device, load_model, load_tokenizer, parse_dtype
+    from ...models import default_device, load_model, load_tokenizer, open_model, parse_dtype
     from ...quantization import perplexity
     from ...quantization.calibration import describe_split, get_eval_tokens
+    from ...quantization.perplexity import check_eval_sizes
 
+    check_eval_sizes(args.seqlen, args.max_windows)
     device = args.device or default_device()
     dtype = parse_dtype(args.dtype, device)
-    loaded = load_model(args.model, dtype=dtype, device=device)
-    model, path, gptq = loaded.model, loaded.folder.path, loaded.gptq
-    tokens = get_eval_tokens(args.dataset, load_tokenizer(loaded.folder))
+    folder = open_model(args.model)
+    check_eval_sizes(args.seqlen, args.max_windows, _context_length(folder.config))
+    tokens = get_eval_tokens(args.dataset, load_tokenizer(folder))  # a bad dataset fails before the model loads
+    if len(tokens) < args.seqlen:
+        from ...errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"The evaluation text has {len(tokens)} tokens, fewer than one window of {args.seqlen}; use a smaller --seqlen."
+        )
+    loaded = load_model(folder, dtype=dtype, device=device)
+    model, path, gptq = loaded.model, folder.path, loaded.gptq
     start = time.perf_counter()
     ppl = perplexity(model, tokens, seqlen=args.seqlen, max_windows=args.max_windows, verbose=not args.json)
     seconds = time.perf_counter() - start

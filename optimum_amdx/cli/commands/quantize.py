@@ -37,47 +37,72 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gptq.add_argument("--static-groups", action="store_true", help="group scales from the original weights (before updates)")
     gptq.add_argument("--dataset", default="pydoc",
                       help="pydoc (offline default), wikitext2, c4 (online), or a .txt/.json/.jsonl/.parquet/.csv file")
-    gptq.add_argument("--samples", type=int, default=128, help="number of calibration samples")
-    gptq.add_argument("--seqlen", type=int, default=2048, help="tokens per calibration sample")
+    gptq.add_argument("--samples", type=int, default=None,
+                      help="number of calibration samples (default: 128 on a GPU, 32 on a CPU)")
+    gptq.add_argument("--seqlen", type=int, default=None,
+                      help="tokens per calibration sample (default: 2048 on a GPU, 512 on a CPU)")
     gptq.add_argument("--seed", type=int, default=0, help="seed for choosing the calibration windows")
     rtn = sub.add_parser("rtn", help="round-to-nearest baseline (no data)", description="Round-to-nearest baseline.")
     _common(rtn)
 
 
-def _check_causal(path) -> None:  # noqa: ANN001 - a Path
+def _check_causal(folder) -> None:  # noqa: ANN001 - a ModelFolder
     """Refuse a non-causal model from its config.json, before loading any weights."""
     from ...errors import UnsupportedModelError
 
-    archs = json.loads((path / "config.json").read_text()).get("architectures") or []
+    archs = folder.architectures
     if archs and not any(a.endswith("ForCausalLM") for a in archs):
         raise UnsupportedModelError(
-            f"{path.name} is a {', '.join(archs)}; GPTQ quantizes decoder-only causal language models "
+            f"{folder.path.name} is a {', '.join(archs)}; GPTQ quantizes decoder-only causal language models "
             "(architectures ending in ForCausalLM)."
         )
 
 
+def _calibration_size(args: argparse.Namespace, device: str) -> tuple[int, int]:
+    """--samples/--seqlen, or the defaults for the device (a CPU gets a size that runs in minutes, and says so)."""
+    import sys
+
+    from ...quantization.estimate import CPU_DEFAULT_SAMPLES, CPU_DEFAULT_SEQLEN
+
+    gpu = not str(device).startswith("cpu")
+    samples = args.samples if args.samples is not None else (128 if gpu else CPU_DEFAULT_SAMPLES)
+    seqlen = args.seqlen if args.seqlen is not None else (2048 if gpu else CPU_DEFAULT_SEQLEN)
+    if not gpu and (args.samples is None or args.seqlen is None) and not args.json:
+        print(f"note: quantizing on the CPU with {samples} calibration samples x {seqlen} tokens (the GPU default, "
+              "128 x 2048, takes hours on a CPU); pass --samples/--seqlen to choose", file=sys.stderr)
+    return samples, seqlen
+
+
 def run(args: argparse.Namespace) -> int:
-    from ...io import check_output_dir
+    """Check everything that can be checked (output folder, sizes, model type, calibration text) before the
+    model loads; then quantize and save atomically."""
+    from ...io import check_output_dir, parse_size
     from ...models import default_device, load_causal_lm, load_tokenizer, open_model, parse_dtype
     from ...quantization import GPTQConfig, GPTQQuantizer
+    from ...quantization.calibration import get_calibration_data
 
     check_output_dir(args.output, args.overwrite)
+    parse_size(args.max_shard_size)
     method = args.quantize_method
+    device = args.device or default_device()
     common = dict(bits=args.bits, group_size=args.group_size, sym=not args.asym, checkpoint_format=args.checkpoint_format)
     if method == "gptq":
+        samples, seqlen = _calibration_size(args, device)
         cfg = GPTQConfig(**common, desc_act=args.desc_act, damp_percent=args.damp_percent,
                          true_sequential=not args.no_true_sequential, static_groups=args.static_groups,
                          act_group_aware=not args.no_act_group_aware,
-                         dataset=args.dataset, n_samples=args.samples, seqlen=args.seqlen, seed=args.seed)
+                         dataset=args.dataset, n_samples=samples, seqlen=seqlen, seed=args.seed)
     else:
         cfg = GPTQConfig(**common)
-    device = args.device or default_device()
     folder = open_model(args.model)
-    _check_causal(folder.path)
+    _check_causal(folder)
     tokenizer = load_tokenizer(folder)
+    calibration = None
+    if method == "gptq":  # a missing or unreadable dataset fails here, before the model loads
+        calibration = get_calibration_data(cfg.dataset, tokenizer, cfg.n_samples, cfg.seqlen, cfg.seed)
     model = load_causal_lm(folder, dtype=parse_dtype(args.dtype, device), device="cpu")
     quantizer = GPTQQuantizer(cfg, method=method, device=device, verbose=not args.json)
-    quantizer.quantize(model, tokenizer)
+    quantizer.quantize(model, tokenizer, dataset=calibration)
     out = quantizer.save_pretrained(model, args.output, tokenizer, max_shard_size=args.max_shard_size,
                                     overwrite=args.overwrite)
     total_error = sum(s.error for s in quantizer.stats)
