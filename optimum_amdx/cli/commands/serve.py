@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 
 NAME = "serve"
 HELP = ("Serve a causal LM over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models, "
@@ -17,7 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="Address to bind (default 127.0.0.1, this machine only; 0.0.0.0 exposes the server).")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--api-key", default=None, help="Require 'Authorization: Bearer <key>' on /v1 routes.")
+    parser.add_argument("--api-key", default=os.environ.get("OPTIMUM_AMDX_API_KEY") or None,
+                        help="Require 'Authorization: Bearer <key>' on /v1 routes (default: $OPTIMUM_AMDX_API_KEY, "
+                             "which keeps the key out of the process list).")
     parser.add_argument("--dtype", default="auto", help="auto (fp16 on GPU, fp32 on CPU), fp16, bf16 or fp32.")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: the GPU if one is visible).")
     parser.add_argument("--max-num-seqs", type=int, default=64, help="Most sequences decoding together.")
