@@ -161,9 +161,11 @@ def test_plan_launch_errors():
         plan_launch(["run.py"], 2, devices=[0, 9], topology=mi250(), environ={})
 
 
-def test_launch_cli_dry_run(capsys):
+def test_launch_cli_dry_run(capsys, tmp_path, monkeypatch):
     from optimum_amdx.cli.main import main
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "script.py").write_text("print('hi')\n")
     files = ["--topology-file", str(DATA / "rocm_smi_shownodesbw_mi250_8gcd.txt"),
              "--topology-file", str(DATA / "rocm_smi_showtoponuma_mi250_8gcd.txt")]
     assert main(["launch", "--gpus", "2", *files, "--dry-run", "--", "script.py", "--flag"]) == 0
