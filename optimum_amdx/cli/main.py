@@ -61,9 +61,18 @@ def add_commands(parser: argparse.ArgumentParser, skip: Sequence[str] = ()) -> N
             continue
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                       help=f"show the Python traceback of an error (or set {DEBUG_ENV}=1)")
+        _add_debug(p)
         p.set_defaults(**{_DEST: module})
+
+
+def _add_debug(parser: argparse.ArgumentParser) -> None:
+    """--debug after the command name too (and after a sub-command such as `quantize rtn`)."""
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help=f"show the Python traceback of an error (or set {DEBUG_ENV}=1)")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _add_debug(child)
 
 
 def _debug(args: argparse.Namespace) -> bool:

@@ -145,7 +145,9 @@ class _Generation:
                 event = await self.queue.get()
                 if event.error is not None:
                     self._done = True
-                    metrics.requests.labels(outcome="error").inc()
+                    metrics.requests.labels(outcome="refused" if event.refused else "error").inc()
+                    if event.refused:
+                        raise APIError(400, event.error)
                     raise APIError(500, event.error, type="server_error")
                 now = time.perf_counter()
                 if event.token_ids and self.first_at is None:

@@ -34,6 +34,7 @@ class TokenEvent:
     finished: bool
     finish_reason: str | None
     error: str | None = None
+    refused: bool = False  # the engine refused the request (a client error), rather than failing on it
 
 
 Sink = Callable[[TokenEvent], None]
@@ -94,7 +95,10 @@ class EngineLoop:
     # ---- the thread ----------------------------------------------------------------------------
     def _deliver(self, events: list[tuple[Sink, TokenEvent]]) -> None:
         if events and self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(_dispatch, events)
+            try:
+                self._loop.call_soon_threadsafe(_dispatch, events)
+            except RuntimeError:  # the event loop closed meanwhile: nobody is left to answer
+                pass
 
     def _apply(self, kind: str, payload: Any, out: list[tuple[Sink, TokenEvent]]) -> None:
         if kind == "add":
@@ -102,7 +106,7 @@ class EngineLoop:
             try:
                 self.engine.add_request(prompt_ids, params, request_id=request_id, seed=seed)
             except AMDXError as err:
-                out.append((sink, TokenEvent([], True, None, error=str(err))))
+                out.append((sink, TokenEvent([], True, None, error=str(err), refused=True)))
                 return
             self._sinks[request_id] = sink
         elif kind == "abort":

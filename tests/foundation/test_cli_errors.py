@@ -97,6 +97,11 @@ def test_debug_flag_after_the_command():
     assert result.returncode == 2 and "Traceback" in result.stderr and "error: The prompt is empty" in result.stderr
 
 
+def test_debug_flag_after_a_sub_command():
+    args = cli_main.build_parser().parse_args(["quantize", "rtn", "--model", "m", "out", "--debug"])
+    assert args.debug is True
+
+
 @pytest.mark.parametrize("module, extra", [("onnx", "onnx"), ("datasets", "data"), ("matplotlib", "benchmark"),
                                            ("onnxruntime", "onnx"), ("deepspeed", "deepspeed")])
 def test_missing_optional_package_names_the_extra(capsys, module, extra):

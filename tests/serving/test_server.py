@@ -166,3 +166,26 @@ def test_queue_full_gets_429_and_frees_everything(server, tok):
     res = client.completions.create(model="tiny", prompt="the", max_tokens=2, temperature=0)
     assert res.usage.completion_tokens >= 1
     assert state.in_flight == 0 and state.loop.engine.num_free_blocks == state.loop.engine.num_blocks
+
+
+def _aborted(url: str) -> float:
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith('amdx_requests_total{outcome="aborted"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_client_that_gives_up_on_a_whole_answer_aborts_it(server):
+    url, state = server
+    engine = state.loop.engine
+    before = _aborted(url)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{url}/v1/completions", timeout=httpx.Timeout(60, read=0.05),
+                   headers={"authorization": f"Bearer {KEY}"},
+                   json={"model": "tiny", "prompt": "the", "max_tokens": 120, "temperature": 0})
+    for _ in range(200):  # bounded: the abort lands within a few engine steps
+        if state.in_flight == 0 and engine.num_free_blocks == engine.num_blocks and not engine.has_unfinished():
+            break
+        threading.Event().wait(0.05)
+    assert state.in_flight == 0 and engine.num_free_blocks == engine.num_blocks and not engine.has_unfinished()
+    assert _aborted(url) == before + 1
