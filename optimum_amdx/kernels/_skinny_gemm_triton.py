@@ -1,0 +1,189 @@
+"""Triton kernel behind `optimum_amdx.kernels.skinny_gemm` (``x @ W^T`` for M <= 16 rows).
+
+Grid: one program per BLOCK_N output columns, all rows of x; each program streams its
+``[BLOCK_N, K]`` slab of the weight in ``[BLOCK_N, BLOCK_K]`` tiles (contiguous along K, so 16-byte
+loads) with the loop software-pipelined `num_stages` deep. Two bodies:
+
+- one row (``USE_DOT=False``): an elementwise float32 ``[BLOCK_N, BLOCK_K]`` accumulator of
+  ``w * x``, reduced along K once at the end (no per-tile cross-thread reduction);
+- 2..16 rows (``USE_DOT=True``): ``tl.dot`` of the 16-row padded x tile with the transposed weight
+  tile (MFMA on CDNA, WMMA on RDNA3, tensor cores on NVIDIA); the padding costs arithmetic only,
+  which is free at this arithmetic intensity.
+
+Column tiles are chosen so that the grid has about two programs per compute unit; no split-K,
+so the result is written once, by one launch, with no reduce kernel and no atomics.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .compile_spec import CompileSpec
+
+_FAMILY_MAX_M: dict[str, int] = {
+    # AMD: hipBLASLt is weak at M <= 8 (why vLLM ships skinny kernels for ROCm). Not measured on
+    # AMD silicon here; the AMD compile check covers the configs below.
+    "cdna2": 8,
+    "cdna3": 8,
+    "cdna4": 8,
+    "rdna3": 8,
+    "rdna4": 8,
+    # NVIDIA: only where it matched cuBLAS within 5 % on an H200 (benchmarks/RESULTS.md, decode step).
+    "hopper": 0,
+    "nvidia": 0,
+    "cpu": 16,  # the interpreter: exercised by tests only (CPU tensors never reach it outside them)
+}
+
+
+def family_max_m(family: str) -> int:
+    """Most rows for which the skinny kernel replaces the vendor BLAS on this family (0 = never)."""
+    return _FAMILY_MAX_M.get(family, 0)
+
+
+@triton.jit
+def _skinny_gemm_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+    HAS_BIAS: tl.constexpr, USE_DOT: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    rn = offs_n % N  # wrapped rows: every weight load stays in bounds without a mask
+    offs_k = tl.arange(0, BLOCK_K)
+    w_ptrs = w_ptr + rn[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
+    if USE_DOT:
+        offs_m = tl.arange(0, BLOCK_M)
+        m_mask = offs_m < M
+        x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            if EVEN_K:
+                w = tl.load(w_ptrs)
+                x = tl.load(x_ptrs, mask=m_mask[:, None], other=0.0)
+            else:
+                k_mask = (k0 + offs_k) < K
+                w = tl.load(w_ptrs, mask=k_mask[None, :], other=0.0)
+                x = tl.load(x_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+            acc = tl.dot(x, tl.trans(w), acc)
+            w_ptrs += BLOCK_K
+            x_ptrs += BLOCK_K
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+    else:
+        x_ptrs = x_ptr + offs_k
+        acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            if EVEN_K:
+                w = tl.load(w_ptrs)
+                x = tl.load(x_ptrs)
+            else:
+                k_mask = (k0 + offs_k) < K
+                w = tl.load(w_ptrs, mask=k_mask[None, :], other=0.0)
+                x = tl.load(x_ptrs, mask=k_mask, other=0.0)
+            acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
+            w_ptrs += BLOCK_K
+            x_ptrs += BLOCK_K
+        out = tl.sum(acc2, axis=1)
+        if HAS_BIAS:
+            out += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + offs_n, out.to(y_ptr.dtype.element_ty), mask=n_mask)
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def tuned_config(family: str, m: int, n: int, k: int, num_sms: int) -> dict[str, Any]:
+    """Tile sizes and launch options for one (M, N, K) on one family.
+
+    BLOCK_N is the largest power of two (at least the minimum of the body, at most 128) that
+    still gives about two programs per compute unit; the K tile is 512 halves for one row (a
+    16 KiB weight tile per stage at BLOCK_N 16) and 128 for the dot body.
+    """
+    use_dot = m > 1
+    if family == "cpu":
+        return {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1, "USE_DOT": use_dot}
+    amd = family in ("cdna2", "cdna3", "cdna4", "rdna3", "rdna4")
+    lo = 16 if use_dot else 8
+    bn = lo
+    while bn < 128 and triton.cdiv(n, bn * 2) >= 2 * num_sms:
+        bn *= 2
+    cfg: dict[str, Any] = {"BLOCK_N": bn, "BLOCK_K": 256 if use_dot else 512, "num_warps": 4,
+                           "num_stages": 2 if amd else 4, "USE_DOT": use_dot}
+    if family in ("cdna2", "cdna3", "cdna4"):
+        cfg.update(waves_per_eu=2, **({"matrix_instr_nonkdim": 16} if use_dot else {}))
+    if family in ("rdna3", "rdna4") and use_dot:
+        cfg.update(num_warps=8)
+    return cfg
+
+
+_LAUNCH_KEYS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
+
+
+def skinny_gemm_triton(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], family: str,
+    config: Optional[dict[str, Any]] = None,
+) -> torch.Tensor:
+    """Launch `_skinny_gemm_kernel`; returns ``[..., N]`` in x's dtype."""
+    n, k = weight.shape
+    x2 = x.reshape(-1, k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    cfg = dict(config) if config is not None else tuned_config(family, m, n, k, _num_sms(x.device))
+    use_dot = bool(cfg.pop("USE_DOT", m > 1)) or m > 1
+    block_n, block_k = cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
+    launch = {key: v for key, v in cfg.items() if key in _LAUNCH_KEYS}
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    _skinny_gemm_kernel[(triton.cdiv(n, block_n),)](
+        x2, weight, bias if bias is not None else weight, y, m, n, k, x2.stride(0), weight.stride(0), y.stride(0),
+        HAS_BIAS=bias is not None, USE_DOT=use_dot, EVEN_K=k % block_k == 0,
+        BLOCK_M=16 if use_dot else 1, BLOCK_N=block_n, BLOCK_K=block_k, **launch,
+    )
+    return y.reshape(*x.shape[:-1], n)
+
+
+def _spec(family: str, archs: tuple[str, ...], m: int, n: int, k: int, dtype: str) -> CompileSpec:
+    cfg = tuned_config(family, m, n, k, 304 if family == "cdna3" else 104)
+    use_dot = cfg.pop("USE_DOT")
+    block_n, block_k = cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
+    launch = {key: v for key, v in cfg.items() if key in _LAUNCH_KEYS}
+    sig = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
+           "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_ym": "i32",
+           "HAS_BIAS": "constexpr", "USE_DOT": "constexpr", "EVEN_K": "constexpr",
+           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+    return CompileSpec(
+        name=f"skinny_gemm[{family},m{m},n{n},k{k},{dtype}]",
+        kernel=_skinny_gemm_kernel,
+        signature=sig,
+        constexprs={"HAS_BIAS": False, "USE_DOT": use_dot, "EVEN_K": k % block_k == 0,
+                    "BLOCK_M": 16 if use_dot else 1, "BLOCK_N": block_n, "BLOCK_K": block_k},
+        options=lambda arch: dict(launch),
+        hot=True,
+        uses_dot=use_dot,
+        archs=archs,
+        divisible_by_16=("N", "K", "stride_xm", "stride_wn", "stride_ym"),
+    )
+
+
+_CDNA = ("gfx90a", "gfx942", "gfx950")
+_RDNA3 = ("gfx1100",)
+
+AMD_COMPILE_SPECS: list[CompileSpec] = [
+    spec
+    for family, archs in (("cdna3", _CDNA), ("rdna3", _RDNA3))
+    for spec in (
+        _spec(family, archs, 1, 4096, 4096, "fp16"),    # o_proj
+        _spec(family, archs, 1, 4096, 14336, "bf16"),   # down_proj (Llama-3-8B)
+        _spec(family, archs, 8, 28672, 4096, "fp16"),   # fused gate/up, 8 rows
+    )
+]

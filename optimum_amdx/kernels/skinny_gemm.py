@@ -1,0 +1,68 @@
+"""Skinny GEMM for decode: ``y = x @ W^T (+ bias)`` with few rows of x (M <= 16) and an nn.Linear weight.
+
+Why: at decode batch sizes a linear layer is a matrix-vector product that should stream its weight
+at memory bandwidth. hipBLASLt is weak for M <= 8 on MI300 (vLLM ships its own skinny kernels for
+ROCm for that reason); cuBLAS on NVIDIA is good but adds a split-K reduce launch per matmul. Whether
+this kernel replaces the vendor BLAS is decided per architecture family by `skinny_max_m` (a tuned
+table in `_skinny_gemm_triton`): 0 means "never" for that family.
+
+This module imports no Triton; the kernel and its configs live in `_skinny_gemm_triton`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from ..errors import InvalidArgumentError
+from .runtime import arch_family, device_arch, use_triton
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["skinny_gemm", "skinny_gemm_reference", "skinny_max_m", "MAX_M"]
+
+MAX_M = 16
+"""The most rows the kernel handles; larger inputs go to the vendor BLAS."""
+
+
+def skinny_gemm_reference(x: "torch.Tensor", weight: "torch.Tensor", bias: Optional["torch.Tensor"] = None) -> "torch.Tensor":
+    """PyTorch reference: ``torch.nn.functional.linear``."""
+    import torch
+
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def _family(t: "torch.Tensor") -> str:
+    index = t.device.index if t.device.type == "cuda" and t.device.index is not None else 0
+    return arch_family(device_arch(index))
+
+
+def skinny_max_m(t: "torch.Tensor") -> int:
+    """Most rows for which `skinny_gemm` should replace the vendor BLAS on `t`'s device (0 = never)."""
+    if not use_triton(t):
+        return 0
+    from ._skinny_gemm_triton import family_max_m
+
+    return family_max_m(_family(t))
+
+
+def skinny_gemm(
+    x: "torch.Tensor", weight: "torch.Tensor", bias: Optional["torch.Tensor"] = None,
+    config: Optional[dict[str, Any]] = None,
+) -> "torch.Tensor":
+    """``x [..., K] @ weight[N, K]^T (+ bias[N])`` -> ``[..., N]`` in x's dtype, through Triton for up to
+    `MAX_M` rows where Triton runs (else `skinny_gemm_reference`). `config` overrides the tuned
+    tile sizes (benchmarks)."""
+    if weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
+        raise InvalidArgumentError(
+            f"skinny_gemm: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not multiply (weight is [N, K])."
+        )
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise InvalidArgumentError(f"skinny_gemm: bias {tuple(bias.shape)} must be [{weight.shape[0]}].")
+    m = x.numel() // max(x.shape[-1], 1)
+    if (m == 0 or m > MAX_M or x.dtype != weight.dtype or weight.stride(-1) != 1
+            or not use_triton(x, weight)):
+        return skinny_gemm_reference(x, weight, bias)
+    from ._skinny_gemm_triton import skinny_gemm_triton
+
+    return skinny_gemm_triton(x, weight, bias, _family(x), config)
