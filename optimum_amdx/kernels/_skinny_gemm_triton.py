@@ -117,7 +117,10 @@ def tuned_config(family: str, m: int, n: int, k: int, num_sms: int) -> dict[str,
     bn = lo
     while bn < 128 and triton.cdiv(n, bn * 2) >= 2 * num_sms:
         bn *= 2
-    cfg: dict[str, Any] = {"BLOCK_N": bn, "BLOCK_K": 256 if use_dot else 512, "num_warps": 4,
+    bk = 256 if use_dot else 512
+    while bk > 64 and k % bk:  # an even K tile keeps the loop unmasked
+        bk //= 2
+    cfg: dict[str, Any] = {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4,
                            "num_stages": 2 if amd else 4, "USE_DOT": use_dot}
     if family in ("cdna2", "cdna3", "cdna4"):
         cfg.update(waves_per_eu=2, **({"matrix_instr_nonkdim": 16} if use_dot else {}))

@@ -96,11 +96,14 @@ class DecodeFusions:
     silu_mul: SiLU(gate) * up in one pass over the fused gate/up output (instead of two kernels).
     skinny_gemm: our Triton matmul for steps of few tokens, where `skinny_max_m` allows it on this GPU
         family (a per-family table: off where it does not beat the vendor BLAS).
+    decode_splits: key-range splits of decode attention (flash-decoding) for one-token-per-sequence
+        steps; None lets the attention kernel choose from the launch bound.
     """
 
     rope_cache: bool = True
     silu_mul: bool = True
     skinny_gemm: bool = True
+    decode_splits: int | None = None
 
 
 def _is_silu(act: Callable[[torch.Tensor], torch.Tensor]) -> bool:
@@ -207,6 +210,7 @@ class PagedDecoder:
         h = self.embed(batch.input_ids)
         tokens = h.shape[0]
         linear = self._linear_fn(tokens)
+        splits = self.fusions.decode_splits if batch.max_query_len == 1 else None
         residual = None
         q_size = self.num_heads * self.head_dim
         for i, layer in enumerate(self.layers):
@@ -227,7 +231,8 @@ class PagedDecoder:
                 reshape_and_cache(k, v, cache.k[i], cache.v[i], batch.slot_mapping)
             attn = unified_attention(q, cache.k[i], cache.v[i], batch.block_tables, batch.seq_lens,
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
-                                     softmax_scale=self.scale, sliding_window=self.sliding_window)
+                                     softmax_scale=self.scale, sliding_window=self.sliding_window,
+                                     num_splits=splits)
             h = self._apply(layer.o_proj, attn.reshape(tokens, q_size), linear)
             x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual)
             h = self._mlp(layer, x, linear)
