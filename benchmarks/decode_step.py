@@ -37,10 +37,11 @@ from optimum_amdx.modeling.paged_model import BatchInputs, DecodeFusions, PagedD
 from optimum_amdx.modeling.runner import ModelRunner
 
 VARIANTS: dict[str, DecodeFusions] = {
-    "unfused": DecodeFusions(rope_cache=False, silu_mul=False, skinny_gemm=False),
-    "+rope_cache": DecodeFusions(rope_cache=True, silu_mul=False, skinny_gemm=False),
-    "+silu_mul": DecodeFusions(rope_cache=True, silu_mul=True, skinny_gemm=False),
-    "+skinny_gemm": DecodeFusions(rope_cache=True, silu_mul=True, skinny_gemm=True),
+    "unfused": DecodeFusions(rope_cache=False, silu_mul=False, skinny_gemm=False, decode_splits=0),
+    "+rope_cache": DecodeFusions(rope_cache=True, silu_mul=False, skinny_gemm=False, decode_splits=0),
+    "+silu_mul": DecodeFusions(rope_cache=True, silu_mul=True, skinny_gemm=False, decode_splits=0),
+    "+attn_splits": DecodeFusions(rope_cache=True, silu_mul=True, skinny_gemm=False, decode_splits=None),
+    "+skinny_gemm": DecodeFusions(rope_cache=True, silu_mul=True, skinny_gemm=True, decode_splits=None),
 }
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -52,7 +53,7 @@ def kernel_family(name: str) -> str:
     n = name.lower()
     rules = (
         ("_split_reduce", "attention split reduce"), ("unified_attention", "attention"),
-        ("skinny_gemm", "gemm (triton skinny)"), ("splitk", "gemm split-K reduce"), ("reduce_kernel", "gemm split-K reduce"),
+        ("skinny_gemm", "gemm (triton skinny)"), ("splitkreduce", "gemm split-K reduce"),
         ("gemv", "gemm (blas)"), ("gemm", "gemm (blas)"), ("nvjet", "gemm (blas)"), ("cutlass", "gemm (blas)"),
         ("xmma", "gemm (blas)"), ("cijk", "gemm (blas)"),
         ("rms_norm", "rmsnorm"), ("rope_cache", "rotary+cache"), ("rotary", "rotary"),
@@ -196,8 +197,60 @@ def linear_shapes(config) -> dict[str, tuple[int, int]]:
             "down_proj": (h, i), "lm_head": (config.vocab_size, h)}
 
 
-def gemm_sweep(config, dtype: torch.dtype, ms: list[int], bandwidth: float, extra_configs: bool) -> list[dict]:
-    """skinny_gemm vs F.linear per linear shape and M; weights rotated over >= 512 MB so L2 is cold."""
+def _graph_time(calls: list, rounds: int = 5, replays: int = 5) -> float:
+    """Device seconds per call of `calls` (each run once, in order) captured in one graph and replayed:
+    no host launch cost, so small matmuls are timed as the decode graph runs them."""
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for c in calls:
+            c()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in calls:
+            c()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3 / (replays * len(calls)))
+    del graph
+    return statistics.median(times)
+
+
+def _sweep_configs(m: int, n: int, k: int, sms: int) -> list[dict[str, Any]]:
+    out = []
+    if m == 1:
+        for bn in (4, 8, 16, 32):
+            for bk, warps, stages in ((256, 4, 4), (512, 4, 3), (512, 4, 4), (512, 8, 3), (1024, 8, 3), (256, 2, 3)):
+                if bn * bk <= 16384 and k % bk == 0 and -(-n // bn) >= sms:
+                    out.append({"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages,
+                                "USE_DOT": False})
+        for bn in (16, 32):
+            out.append({"BLOCK_N": bn, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4, "USE_DOT": True})
+    else:
+        for bn in (16, 32, 64):
+            for bk, warps, stages in ((256, 4, 4), (128, 4, 6), (512, 4, 3), (256, 8, 4)):
+                if k % bk == 0 and -(-n // bn) >= sms // 2:
+                    out.append({"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages,
+                                "USE_DOT": True})
+    return out
+
+
+def gemm_sweep(config, dtype: torch.dtype, ms: list[int], bandwidth: float, sweep: bool, install: bool) -> list[dict]:
+    """skinny_gemm vs F.linear per linear shape and M, each timed inside a captured graph with weights
+    rotated over >= 512 MB so L2 is cold. With `sweep`, extra configs are tried; with `install`, the
+    fastest config of each shape becomes the kernel's override for the rest of the run."""
     from optimum_amdx.kernels import _skinny_gemm_triton as sk
     from optimum_amdx.kernels.runtime import arch_family, device_arch
 
@@ -208,50 +261,40 @@ def gemm_sweep(config, dtype: torch.dtype, ms: list[int], bandwidth: float, extr
         nbytes = n * k * torch.tensor([], dtype=dtype).element_size()
         copies = max(2, -(-(512 << 20) // nbytes))
         ws = [torch.randn(n, k, device="cuda", dtype=dtype) * 0.02 for _ in range(copies)]
+        calls_n = max(copies, 8)
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=dtype)
-            it = {"i": 0}
 
-            def run(fn):
-                def call():
-                    w = ws[it["i"] % copies]
-                    it["i"] += 1
-                    return fn(x, w)
-                return call
+            def calls(fn):
+                return [lambda w=ws[i % copies]: fn(x, w) for i in range(calls_n)]
 
             ref = torch.nn.functional.linear(x.float(), ws[0].float())
             tuned = sk.tuned_config(family, m, n, k, sms)
             got = sk.skinny_gemm_triton(x, ws[0], None, family, tuned).float()
             err = ((got - ref).norm() / ref.norm()).item()
-            t_blas = _events_time(run(lambda a, w: torch.nn.functional.linear(a, w)))
-            t_tuned = _events_time(run(lambda a, w: sk.skinny_gemm_triton(a, w, None, family, tuned)))
+            t_blas = _graph_time(calls(lambda a, w: torch.nn.functional.linear(a, w)))
+            t_tuned = _graph_time(calls(lambda a, w: sk.skinny_gemm_triton(a, w, None, family, tuned)))
             row = {"layer": name, "n": n, "k": k, "m": m, "blas_us": t_blas * 1e6, "skinny_us": t_tuned * 1e6,
-                   "skinny_config": {kk: v for kk, v in tuned.items()}, "rel_err": err,
-                   "floor_us": nbytes / bandwidth * 1e6}
-            if extra_configs:
-                best = (t_tuned, tuned)
-                for bn in (8, 16, 32, 64):
-                    for bk, warps, stages in ((256, 4, 4), (512, 4, 3), (512, 8, 4), (1024, 8, 3)):
-                        if (m > 1 and (bn < 16 or bk > 512)) or (m == 1 and bn * bk > 16384) or k % bk:
-                            continue
-                        if -(-n // bn) < sms // 2:
-                            continue
-                        cfg = {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages,
-                               "USE_DOT": m > 1}
-                        try:
-                            t = _events_time(run(lambda a, w, c=cfg: sk.skinny_gemm_triton(a, w, None, family, c)),
-                                             rounds=3, reps=10)
-                        except Exception as exc:  # an over-sized config (shared memory) is skipped, and said
-                            print(f"    config {cfg} failed: {type(exc).__name__}", flush=True)
-                            continue
-                        if t < best[0]:
-                            best = (t, cfg)
-                row["best_us"], row["best_config"] = best[0] * 1e6, best[1]
+                   "skinny_config": dict(tuned), "rel_err": err, "floor_us": nbytes / bandwidth * 1e6}
+            best = (t_tuned, tuned)
+            if sweep:
+                for cfg in _sweep_configs(m, n, k, sms):
+                    try:
+                        t = _graph_time(calls(lambda a, w, c=cfg: sk.skinny_gemm_triton(a, w, None, family, c)),
+                                        rounds=3, replays=3)
+                    except Exception as exc:  # an over-sized config (shared memory) is skipped, and said
+                        print(f"    config {cfg} failed: {type(exc).__name__}", flush=True)
+                        continue
+                    if t < best[0]:
+                        best = (t, cfg)
+                if install:
+                    sk.set_override(family, n, k, m, best[1])
+            row["best_us"], row["best_config"] = best[0] * 1e6, dict(best[1])
+            row["best_vs_blas"] = row["best_us"] / row["blas_us"]
             rows.append(row)
-            print(f"  gemm {name:9s} m={m:2d} n={n:6d} k={k:5d}: blas {row['blas_us']:7.1f} us, skinny "
-                  f"{row['skinny_us']:7.1f} us" + (f", best {row['best_us']:7.1f} us {row['best_config']}"
-                                                   if "best_us" in row else "")
-                  + f", floor {row['floor_us']:.1f} us, err {err:.1e}", flush=True)
+            print(f"  gemm {name:9s} m={m:2d} n={n:6d} k={k:5d}: blas {row['blas_us']:7.1f} us, tuned "
+                  f"{row['skinny_us']:7.1f} us, best {row['best_us']:7.1f} us ({row['best_vs_blas']:.3f}x blas) "
+                  f"{row['best_config']}, floor {row['floor_us']:.1f} us, err {err:.1e}", flush=True)
         del ws
         torch.cuda.empty_cache()
     return rows
@@ -265,11 +308,13 @@ def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float
     out: dict[str, Any] = {"shape": shape, "dtype": dtype_name, "weight_bytes": bench.weight_bytes,
                            "layers": layers, "context": args.context, "decode": {}, "prefill": {}}
     variants = [v for v in args.variants]
+    if args.gemm_ms:
+        out["gemm"] = gemm_sweep(bench.config, dtype, args.gemm_ms, bandwidth, args.sweep, args.install)
     for vname in variants:
-        fusions = VARIANTS[vname]
+        base = VARIANTS[vname]
         splits_list = args.attn_splits if vname == variants[-1] else [None]
         for splits in splits_list:
-            fusions = DecodeFusions(**{**fusions.__dict__, "decode_splits": splits})
+            fusions = base if splits is None else DecodeFusions(**{**base.__dict__, "decode_splits": splits})
             runner = bench.runner(fusions, args.batch_sizes)
             label = vname if splits is None else f"{vname},splits={splits}"
             for b in args.batch_sizes:
@@ -307,8 +352,6 @@ def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float
                 print(f"{shape} {dtype_name} {vname:24s} {label}: {row['ms']:.2f} ms"
                       + (f", floor {row['floor_ms']:.2f} ms ({row['pct_floor']:.1f}%)" if "floor_ms" in row else ""),
                       flush=True)
-    if args.gemm_ms:
-        out["gemm"] = gemm_sweep(bench.config, dtype, args.gemm_ms, bandwidth, args.sweep)
     del bench
     gc.collect()
     torch.cuda.empty_cache()
@@ -350,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mixed-decode", type=int, default=16)
     p.add_argument("--gemm-ms", default="", help="M values for the skinny-vs-BLAS sweep ('' = skip)")
     p.add_argument("--sweep", action="store_true", help="try extra skinny configs in the GEMM sweep")
+    p.add_argument("--install", action="store_true", help="use each shape's sweep winner in the decode steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)

@@ -102,26 +102,48 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def m_bucket(m: int) -> int:
+    """The row bucket configs are keyed by: 1, 2, 4, 8 or 16."""
+    b = 1
+    while b < m:
+        b *= 2
+    return b
+
+
+_OVERRIDES: dict[tuple[str, int, int, int], dict[str, Any]] = {}
+"""Measured per-shape configs: (family, N, K, row bucket) -> config. Filled from benchmark sweeps."""
+
+
+def set_override(family: str, n: int, k: int, m: int, config: dict[str, Any]) -> None:
+    """Use `config` for (N, K) and the row bucket of `m` on `family` (benchmarks install sweep winners)."""
+    _OVERRIDES[(family, n, k, m_bucket(m))] = dict(config)
+
+
 def tuned_config(family: str, m: int, n: int, k: int, num_sms: int) -> dict[str, Any]:
     """Tile sizes and launch options for one (M, N, K) on one family.
 
-    BLOCK_N is the largest power of two (at least the minimum of the body, at most 128) that
-    still gives about two programs per compute unit; the K tile is 512 halves for one row (a
-    16 KiB weight tile per stage at BLOCK_N 16) and 128 for the dot body.
+    A measured per-shape entry wins. Otherwise: one row takes the elementwise body with a
+    ``[16, 512]`` weight tile (a 64-register float32 accumulator per thread at 4 warps; wider
+    tiles spill), or 8 columns when 16 would give fewer than two programs per compute unit;
+    2..16 rows take the dot body with ``[16 or 32, 256]`` tiles.
     """
+    hit = _OVERRIDES.get((family, n, k, m_bucket(m)))
+    if hit is not None:
+        return dict(hit)
     use_dot = m > 1
     if family == "cpu":
         return {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1, "USE_DOT": use_dot}
     amd = family in ("cdna2", "cdna3", "cdna4", "rdna3", "rdna4")
-    lo = 16 if use_dot else 8
-    bn = lo
-    while bn < 128 and triton.cdiv(n, bn * 2) >= 2 * num_sms:
-        bn *= 2
-    bk = 256 if use_dot else 512
+    if use_dot:
+        bn = 32 if triton.cdiv(n, 32) >= 2 * num_sms else 16
+        bk = 256
+    else:
+        bn = 16 if triton.cdiv(n, 16) >= 2 * num_sms else 8
+        bk = 512
     while bk > 64 and k % bk:  # an even K tile keeps the loop unmasked
         bk //= 2
     cfg: dict[str, Any] = {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4,
-                           "num_stages": 2 if amd else 4, "USE_DOT": use_dot}
+                           "num_stages": 2 if amd else (4 if use_dot else 3), "USE_DOT": use_dot}
     if family in ("cdna2", "cdna3", "cdna4"):
         cfg.update(waves_per_eu=2, **({"matrix_instr_nonkdim": 16} if use_dot else {}))
     if family in ("rdna3", "rdna4") and use_dot:
