@@ -10,8 +10,15 @@ loads) with the loop software-pipelined `num_stages` deep. Two bodies:
   tile (MFMA on CDNA, WMMA on RDNA3, tensor cores on NVIDIA); the padding costs arithmetic only,
   which is free at this arithmetic intensity.
 
-Column tiles are chosen so that the grid has about two programs per compute unit; no split-K,
-so the result is written once, by one launch, with no reduce kernel and no atomics.
+No split-K: the result is written once, by one launch, with no reduce kernel and no atomics.
+With ``ACT_MUL`` the kernel reads the fused gate/up output ``[M, 2K]`` and forms
+``silu(gate) * up`` (rounded as transformers rounds it) while loading, so the gated MLP's down
+projection needs no separate activation kernel.
+
+Where it runs by default (`family_max_m`, `has_config`): on AMD families (hipBLASLt is weak for
+M <= 8) with the heuristic tiles; on Hopper only for the (N, K, row bucket) entries of
+`_TUNED`, each the winner of an H200 sweep that was at least as fast as cuBLAS there
+(benchmarks/decode_step.py; benchmarks/RESULTS.md, decode section). Other shapes keep cuBLAS.
 """
 
 from __future__ import annotations
@@ -32,22 +39,88 @@ _FAMILY_MAX_M: dict[str, int] = {
     "cdna4": 8,
     "rdna3": 8,
     "rdna4": 8,
-    # NVIDIA: only where it matched cuBLAS within 5 % on an H200 (benchmarks/RESULTS.md, decode step).
-    "hopper": 0,
+    # NVIDIA: Hopper for the measured shapes of `_TUNED` only (see `has_config`); others never.
+    "hopper": 16,
     "nvidia": 0,
     "cpu": 16,  # the interpreter: exercised by tests only (CPU tensors never reach it outside them)
 }
 
 
+_TABLE_ONLY = ("hopper",)
+"""Families where only measured shapes (`_TUNED`) leave the vendor BLAS."""
+
+
+def _ew(bn: int, bk: int, warps: int, stages: int) -> dict[str, Any]:
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages, "USE_DOT": False}
+
+
+def _dot(bn: int, bk: int, warps: int, stages: int) -> dict[str, Any]:
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages, "USE_DOT": True}
+
+
+# H200 sweep, 2026-11-23 (fp16, graph-timed, weights rotated past L2): (N, K) -> {row bucket: config}.
+# Kept where the winner was no slower than cuBLAS (ratio <= 1.0); gate/up at 2..16 rows was 2-6 %
+# slower and stays on cuBLAS. Llama-2-7B shapes were swept at 1 and 16 rows; the dot body pads to
+# 16 rows, so its 16-row time bounds 2..8 rows, used where the 16-row ratio left a 3 % margin.
+_HOPPER: dict[tuple[int, int], dict[int, dict[str, Any]]] = {
+    (6144, 4096): {1: _ew(8, 512, 4, 3), 2: _dot(64, 256, 4, 4), 4: _dot(64, 256, 4, 4), 8: _dot(64, 128, 4, 6),
+                   16: _dot(64, 128, 4, 6)},                                       # Llama-3-8B qkv
+    (4096, 4096): {1: _ew(16, 1024, 8, 3), **{b: _dot(32, 256, 4, 4) for b in (2, 4, 8, 16)}},  # o_proj
+    (28672, 4096): {1: _ew(16, 256, 4, 4)},                                        # Llama-3-8B gate/up
+    (4096, 14336): {1: _ew(16, 1024, 8, 3), **{b: _dot(32, 256, 4, 4) for b in (2, 4, 8, 16)}},  # down
+    (128256, 4096): {1: _ew(16, 256, 4, 4), **{b: _dot(32, 128, 4, 6) for b in (2, 4, 8, 16)}},  # lm_head
+    (12288, 4096): {1: _ew(16, 256, 4, 4), **{b: _dot(32, 128, 4, 6) for b in (2, 4, 8, 16)}},  # Llama-2-7B qkv
+    (22016, 4096): {1: _ew(8, 512, 4, 4)},                                         # Llama-2-7B gate/up
+    (4096, 11008): {b: _dot(32, 256, 4, 4) for b in (1, 2, 4, 8, 16)},             # Llama-2-7B down
+    (32000, 4096): {1: _ew(16, 512, 4, 3), **{b: _dot(64, 128, 4, 6) for b in (2, 4, 8, 16)}},  # lm_head
+}
+_TUNED: dict[tuple[str, int, int, int], dict[str, Any]] = {
+    ("hopper", n, k, b): cfg for (n, k), per_m in _HOPPER.items() for b, cfg in per_m.items()
+}
+
+
 def family_max_m(family: str) -> int:
-    """Most rows for which the skinny kernel replaces the vendor BLAS on this family (0 = never)."""
+    """Most rows for which the skinny kernel may replace the vendor BLAS on this family (0 = never)."""
     return _FAMILY_MAX_M.get(family, 0)
+
+
+def has_config(family: str, m: int, n: int, k: int) -> bool:
+    """Whether (M, N, K) takes the skinny kernel on `family`: within `family_max_m`, and on Hopper
+    only for measured shapes."""
+    if m > family_max_m(family):
+        return False
+    if family not in _TABLE_ONLY:
+        return True
+    key = (family, n, k, m_bucket(m))
+    return key in _OVERRIDES or key in _TUNED
+
+
+@triton.jit
+def _load(ptrs, mask, MASKED: tl.constexpr):
+    if MASKED:
+        return tl.load(ptrs, mask=mask, other=0.0)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def _load_x(x_ptrs, mask, K, ACT_MUL: tl.constexpr, MASKED: tl.constexpr):
+    """A tile of the GEMM input: x itself, or silu(gate) * up from the fused gate/up row (up sits K
+    columns after gate), with SiLU rounded to the dtype before the product, as torch does."""
+    if ACT_MUL:
+        g = _load(x_ptrs, mask, MASKED)
+        u = _load(x_ptrs + K, mask, MASKED)
+        gf = g.to(tl.float32)
+        act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)
+        return (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype)
+    else:
+        return _load(x_ptrs, mask, MASKED)
 
 
 @triton.jit
 def _skinny_gemm_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-    HAS_BIAS: tl.constexpr, USE_DOT: tl.constexpr, EVEN_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr, USE_DOT: tl.constexpr, EVEN_K: tl.constexpr, ACT_MUL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
@@ -64,11 +137,11 @@ def _skinny_gemm_kernel(
         for k0 in range(0, K, BLOCK_K):
             if EVEN_K:
                 w = tl.load(w_ptrs)
-                x = tl.load(x_ptrs, mask=m_mask[:, None], other=0.0)
+                x = _load_x(x_ptrs, m_mask[:, None], K, ACT_MUL, True)
             else:
                 k_mask = (k0 + offs_k) < K
                 w = tl.load(w_ptrs, mask=k_mask[None, :], other=0.0)
-                x = tl.load(x_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+                x = _load_x(x_ptrs, m_mask[:, None] & k_mask[None, :], K, ACT_MUL, True)
             acc = tl.dot(x, tl.trans(w), acc)
             w_ptrs += BLOCK_K
             x_ptrs += BLOCK_K
@@ -82,11 +155,11 @@ def _skinny_gemm_kernel(
         for k0 in range(0, K, BLOCK_K):
             if EVEN_K:
                 w = tl.load(w_ptrs)
-                x = tl.load(x_ptrs)
+                x = _load_x(x_ptrs, None, K, ACT_MUL, False)
             else:
                 k_mask = (k0 + offs_k) < K
                 w = tl.load(w_ptrs, mask=k_mask[None, :], other=0.0)
-                x = tl.load(x_ptrs, mask=k_mask, other=0.0)
+                x = _load_x(x_ptrs, k_mask, K, ACT_MUL, True)
             acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
             w_ptrs += BLOCK_K
             x_ptrs += BLOCK_K
@@ -127,7 +200,8 @@ def tuned_config(family: str, m: int, n: int, k: int, num_sms: int) -> dict[str,
     tiles spill), or 8 columns when 16 would give fewer than two programs per compute unit;
     2..16 rows take the dot body with ``[16 or 32, 256]`` tiles.
     """
-    hit = _OVERRIDES.get((family, n, k, m_bucket(m)))
+    key = (family, n, k, m_bucket(m))
+    hit = _OVERRIDES.get(key) or _TUNED.get(key)
     if hit is not None:
         return dict(hit)
     use_dot = m > 1
@@ -156,11 +230,12 @@ _LAUNCH_KEYS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim
 
 def skinny_gemm_triton(
     x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], family: str,
-    config: Optional[dict[str, Any]] = None,
+    config: Optional[dict[str, Any]] = None, act_mul: bool = False,
 ) -> torch.Tensor:
-    """Launch `_skinny_gemm_kernel`; returns ``[..., N]`` in x's dtype."""
+    """Launch `_skinny_gemm_kernel`; returns ``[..., N]`` in x's dtype. With `act_mul`, x is the fused
+    gate/up output ``[..., 2K]``."""
     n, k = weight.shape
-    x2 = x.reshape(-1, k)
+    x2 = x.reshape(-1, 2 * k if act_mul else k)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     m = x2.shape[0]
@@ -171,26 +246,26 @@ def skinny_gemm_triton(
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     _skinny_gemm_kernel[(triton.cdiv(n, block_n),)](
         x2, weight, bias if bias is not None else weight, y, m, n, k, x2.stride(0), weight.stride(0), y.stride(0),
-        HAS_BIAS=bias is not None, USE_DOT=use_dot, EVEN_K=k % block_k == 0,
+        HAS_BIAS=bias is not None, USE_DOT=use_dot, EVEN_K=k % block_k == 0, ACT_MUL=act_mul,
         BLOCK_M=16 if use_dot else 1, BLOCK_N=block_n, BLOCK_K=block_k, **launch,
     )
     return y.reshape(*x.shape[:-1], n)
 
 
-def _spec(family: str, archs: tuple[str, ...], m: int, n: int, k: int, dtype: str) -> CompileSpec:
+def _spec(family: str, archs: tuple[str, ...], m: int, n: int, k: int, dtype: str, act_mul: bool = False) -> CompileSpec:
     cfg = tuned_config(family, m, n, k, 304 if family == "cdna3" else 104)
     use_dot = cfg.pop("USE_DOT")
     block_n, block_k = cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     launch = {key: v for key, v in cfg.items() if key in _LAUNCH_KEYS}
     sig = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
            "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_ym": "i32",
-           "HAS_BIAS": "constexpr", "USE_DOT": "constexpr", "EVEN_K": "constexpr",
+           "HAS_BIAS": "constexpr", "USE_DOT": "constexpr", "EVEN_K": "constexpr", "ACT_MUL": "constexpr",
            "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
     return CompileSpec(
-        name=f"skinny_gemm[{family},m{m},n{n},k{k},{dtype}]",
+        name=f"skinny_gemm[{family},m{m},n{n},k{k},{dtype}{',silu_mul' if act_mul else ''}]",
         kernel=_skinny_gemm_kernel,
         signature=sig,
-        constexprs={"HAS_BIAS": False, "USE_DOT": use_dot, "EVEN_K": k % block_k == 0,
+        constexprs={"HAS_BIAS": False, "USE_DOT": use_dot, "EVEN_K": k % block_k == 0, "ACT_MUL": act_mul,
                     "BLOCK_M": 16 if use_dot else 1, "BLOCK_N": block_n, "BLOCK_K": block_k},
         options=lambda arch: dict(launch),
         hot=True,
@@ -210,5 +285,7 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
         _spec(family, archs, 1, 4096, 4096, "fp16"),    # o_proj
         _spec(family, archs, 1, 4096, 14336, "bf16"),   # down_proj (Llama-3-8B)
         _spec(family, archs, 8, 28672, 4096, "fp16"),   # fused gate/up, 8 rows
+        _spec(family, archs, 1, 4096, 14336, "fp16", act_mul=True),  # down_proj reading gate/up
+        _spec(family, archs, 4, 4096, 11008, "bf16", act_mul=True),
     )
 ]

@@ -25,10 +25,14 @@ MAX_M = 16
 """The most rows the kernel handles; larger inputs go to the vendor BLAS."""
 
 
-def skinny_gemm_reference(x: "torch.Tensor", weight: "torch.Tensor", bias: Optional["torch.Tensor"] = None) -> "torch.Tensor":
-    """PyTorch reference: ``torch.nn.functional.linear``."""
+def skinny_gemm_reference(x: "torch.Tensor", weight: "torch.Tensor", bias: Optional["torch.Tensor"] = None,
+                          act_mul: bool = False) -> "torch.Tensor":
+    """PyTorch reference: ``torch.nn.functional.linear``, of ``silu(gate) * up`` when `act_mul`."""
     import torch
 
+    if act_mul:
+        gate, up = x.chunk(2, dim=-1)
+        x = torch.nn.functional.silu(gate) * up
     return torch.nn.functional.linear(x, weight, bias)
 
 
@@ -48,21 +52,41 @@ def skinny_max_m(t: "torch.Tensor") -> int:
 
 def skinny_gemm(
     x: "torch.Tensor", weight: "torch.Tensor", bias: Optional["torch.Tensor"] = None,
-    config: Optional[dict[str, Any]] = None,
+    config: Optional[dict[str, Any]] = None, act_mul: bool = False,
 ) -> "torch.Tensor":
-    """``x [..., K] @ weight[N, K]^T (+ bias[N])`` -> ``[..., N]`` in x's dtype, through Triton for up to
-    `MAX_M` rows where Triton runs (else `skinny_gemm_reference`). `config` overrides the tuned
-    tile sizes (benchmarks)."""
-    if weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
+    """``x [..., K] @ weight[N, K]^T (+ bias[N])`` -> ``[..., N]`` in x's dtype.
+
+    With `act_mul`, x is a fused gate/up output ``[..., 2K]`` and the product is taken of
+    ``silu(gate) * up`` formed while loading (the gated MLP's down projection in one kernel).
+    Runs the Triton kernel for up to `MAX_M` rows where Triton runs and this GPU family takes the
+    shape (`_skinny_gemm_triton.has_config`); otherwise `F.linear` (after `silu_and_mul` when
+    `act_mul`). `config` forces the kernel with those tile sizes (benchmarks).
+    """
+    k_in = 2 * weight.shape[-1] if act_mul else weight.shape[-1]
+    if weight.dim() != 2 or x.shape[-1] != k_in:
         raise InvalidArgumentError(
-            f"skinny_gemm: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not multiply (weight is [N, K])."
+            f"skinny_gemm: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not multiply (weight is [N, K]"
+            f"{'; x must be [..., 2K] with act_mul' if act_mul else ''})."
         )
     if bias is not None and bias.shape != (weight.shape[0],):
         raise InvalidArgumentError(f"skinny_gemm: bias {tuple(bias.shape)} must be [{weight.shape[0]}].")
     m = x.numel() // max(x.shape[-1], 1)
-    if (m == 0 or m > MAX_M or x.dtype != weight.dtype or weight.stride(-1) != 1
-            or not use_triton(x, weight)):
-        return skinny_gemm_reference(x, weight, bias)
-    from ._skinny_gemm_triton import skinny_gemm_triton
+    eligible = m > 0 and m <= MAX_M and x.dtype == weight.dtype and weight.stride(-1) == 1 and use_triton(x, weight)
+    if eligible:
+        from ._skinny_gemm_triton import has_config, skinny_gemm_triton
 
-    return skinny_gemm_triton(x, weight, bias, _family(x), config)
+        family = _family(x)
+        if config is not None or has_config(family, m, weight.shape[0], weight.shape[1]):
+            return skinny_gemm_triton(x, weight, bias, family, config, act_mul)
+    if act_mul:
+        from .act_mul import silu_and_mul
+
+        x = silu_and_mul(x)
+    return torch_linear(x, weight, bias)
+
+
+def torch_linear(x: "torch.Tensor", weight: "torch.Tensor", bias: Optional["torch.Tensor"] = None) -> "torch.Tensor":
+    """The vendor BLAS path (`torch.nn.functional.linear`)."""
+    import torch
+
+    return torch.nn.functional.linear(x, weight, bias)

@@ -223,9 +223,12 @@ class PagedDecoder:
         return module(x)
 
     def _mlp(self, layer: _Layer, x: torch.Tensor, linear) -> torch.Tensor:
-        proj = layer.gate_up
+        proj, down = layer.gate_up, layer.down_proj
         if self.fusions.silu_mul and layer.act_is_silu and proj.weight is not None:
-            return self._apply(layer.down_proj, silu_and_mul(linear(x, proj.weight, proj.bias)), linear)
+            gate_up = linear(x, proj.weight, proj.bias)
+            if linear is skinny_gemm and type(down) is nn.Linear:  # SiLU * up formed inside the down GEMM
+                return skinny_gemm(gate_up, down.weight, down.bias, act_mul=True)
+            return self._apply(down, silu_and_mul(gate_up), linear)
         gate, up = self._project(proj, x, linear)
         return self._apply(layer.down_proj, layer.act(gate) * up, linear)
 

@@ -163,3 +163,28 @@ def test_decoder_with_fusions_generates_what_transformers_and_the_unfused_path_d
         outs[name] = am.generate([prompt], max_new_tokens=5, do_sample=False)[0]
     assert outs["fused"] == hf
     assert outs["unfused"] == hf
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 5])
+def test_skinny_gemm_with_silu_mul_prologue_matches_reference(dtype, m):
+    gate_up = _rand(m, 2 * 96, seed=m, dtype=dtype, scale=2.0)
+    w = _rand(40, 96, seed=m + 1, dtype=dtype, scale=0.1)
+    got = skinny_gemm(gate_up, w, act_mul=True)
+    ref = skinny_gemm_reference(gate_up, w, act_mul=True).float()
+    err = (got.float() - ref).norm() / ref.norm()
+    assert got.shape == (m, 40) and err < (1e-2 if dtype == torch.bfloat16 else 2e-3), f"relative error {err:.2e}"
+
+
+def test_skinny_gemm_family_table():
+    from optimum_amdx.kernels._skinny_gemm_triton import has_config, tuned_config
+
+    assert has_config("hopper", 1, 4096, 4096) and has_config("hopper", 16, 128256, 4096)
+    assert not has_config("hopper", 1, 1000, 4096)  # unmeasured shape: cuBLAS
+    assert not has_config("hopper", 4, 28672, 4096)  # measured slower than cuBLAS: cuBLAS
+    assert not has_config("hopper", 17, 4096, 4096)
+    assert has_config("cdna3", 8, 1000, 4096) and not has_config("cdna3", 9, 1000, 4096)
+    assert not has_config("nvidia", 1, 4096, 4096)
+    assert tuned_config("hopper", 3, 4096, 4096, 132)["BLOCK_N"] == 32  # bucket 4 entry
+    cfg = tuned_config("cdna3", 1, 4096, 11008, 304)
+    assert 11008 % cfg["BLOCK_K"] == 0 and cfg["BLOCK_N"] * cfg["BLOCK_K"] <= 16384
