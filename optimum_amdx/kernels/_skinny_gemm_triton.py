@@ -104,24 +104,52 @@ def _load(ptrs, mask, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _load_x(x_ptrs, mask, K, ACT_MUL: tl.constexpr, MASKED: tl.constexpr):
-    """A tile of the GEMM input: x itself, or silu(gate) * up from the fused gate/up row (up sits K
-    columns after gate), with SiLU rounded to the dtype before the product, as torch does."""
+def _x_tile(x_ptr, r_ptr, nw_ptr, h_ptr, offs_m, m_mask, k0, offs_k, K, stride_xm, stride_rm, stride_hm, rstd,
+            write_h, ACT_MUL: tl.constexpr, NORM: tl.constexpr, MASKED: tl.constexpr):
+    """The ``[rows, BLOCK_K]`` input tile at column k0: x itself; silu(gate) * up from the fused
+    gate/up row (up sits K columns after gate, SiLU rounded to the dtype before the product, as
+    torch does); or RMSNorm(x + r) * w with the row's ``rstd`` (h = x + r rounded to the dtype, as
+    the decoder layer adds; the program with `write_h` also stores h, the next residual)."""
+    cols = k0 + offs_k
+    mask = m_mask[:, None] & (cols < K)[None, :]
+    x = _load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :], mask, MASKED)
     if ACT_MUL:
-        g = _load(x_ptrs, mask, MASKED)
-        u = _load(x_ptrs + K, mask, MASKED)
-        gf = g.to(tl.float32)
-        act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)
-        return (act.to(tl.float32) * u.to(tl.float32)).to(g.dtype)
-    else:
-        return _load(x_ptrs, mask, MASKED)
+        u = _load(x_ptr + offs_m[:, None] * stride_xm + (cols + K)[None, :], mask, MASKED)
+        gf = x.to(tl.float32)
+        act = (gf / (1.0 + tl.exp(-gf))).to(x.dtype)
+        x = (act.to(tl.float32) * u.to(tl.float32)).to(x.dtype)
+    if NORM:
+        r = _load(r_ptr + offs_m[:, None] * stride_rm + cols[None, :], mask, MASKED)
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
+        if write_h:
+            tl.store(h_ptr + offs_m[:, None] * stride_hm + cols[None, :], h, mask=mask)
+        normed = (h.to(tl.float32) * rstd[:, None]).to(x.dtype)
+        nw = _load(nw_ptr + cols, cols < K, MASKED)
+        x = (nw.to(tl.float32)[None, :] * normed.to(tl.float32)).to(x.dtype)
+    return x
+
+
+@triton.jit
+def _row_rstd(x_ptr, r_ptr, offs_m, m_mask, offs_k, K, stride_xm, stride_rm, eps,
+              BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
+    """1 / RMS of each row of h = x + r (rounded to the dtype), over all K columns, in float32."""
+    ss = tl.zeros([offs_m.shape[0]], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + offs_k
+        mask = m_mask[:, None] & (cols < K)[None, :]
+        x = _load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :], mask, MASKED)
+        r = _load(r_ptr + offs_m[:, None] * stride_rm + cols[None, :], mask, MASKED)
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype).to(tl.float32)
+        ss += tl.sum(h * h, axis=1)
+    return tl.math.rsqrt(ss / K + eps)
 
 
 @triton.jit
 def _skinny_gemm_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+    x_ptr, w_ptr, b_ptr, y_ptr, r_ptr, nw_ptr, h_ptr, M, N, K, stride_xm, stride_wn, stride_ym, stride_rm,
+    stride_hm, eps,
     HAS_BIAS: tl.constexpr, USE_DOT: tl.constexpr, EVEN_K: tl.constexpr, ACT_MUL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    NORM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -129,40 +157,43 @@ def _skinny_gemm_kernel(
     rn = offs_n % N  # wrapped rows: every weight load stays in bounds without a mask
     offs_k = tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + rn[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
+    # one row (elementwise body) with an even K needs no masks at all
+    MASKED: tl.constexpr = USE_DOT or not EVEN_K
     if USE_DOT:
         offs_m = tl.arange(0, BLOCK_M)
-        m_mask = offs_m < M
-        x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+    else:
+        offs_m = tl.zeros([1], dtype=tl.int32)
+    m_mask = offs_m < M
+    rstd = tl.zeros([offs_m.shape[0]], dtype=tl.float32)
+    if NORM:
+        rstd = _row_rstd(x_ptr, r_ptr, offs_m, m_mask, offs_k, K, stride_xm, stride_rm, eps, BLOCK_K, MASKED)
+    write_h = pid_n == 0
+    if USE_DOT:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             if EVEN_K:
                 w = tl.load(w_ptrs)
-                x = _load_x(x_ptrs, m_mask[:, None], K, ACT_MUL, True)
             else:
-                k_mask = (k0 + offs_k) < K
-                w = tl.load(w_ptrs, mask=k_mask[None, :], other=0.0)
-                x = _load_x(x_ptrs, m_mask[:, None] & k_mask[None, :], K, ACT_MUL, True)
+                w = tl.load(w_ptrs, mask=((k0 + offs_k) < K)[None, :], other=0.0)
+            x = _x_tile(x_ptr, r_ptr, nw_ptr, h_ptr, offs_m, m_mask, k0, offs_k, K, stride_xm, stride_rm, stride_hm,
+                        rstd, write_h, ACT_MUL, NORM, MASKED)
             acc = tl.dot(x, tl.trans(w), acc)
             w_ptrs += BLOCK_K
-            x_ptrs += BLOCK_K
         if HAS_BIAS:
             acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
         y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
     else:
-        x_ptrs = x_ptr + offs_k
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             if EVEN_K:
                 w = tl.load(w_ptrs)
-                x = _load_x(x_ptrs, None, K, ACT_MUL, False)
             else:
-                k_mask = (k0 + offs_k) < K
-                w = tl.load(w_ptrs, mask=k_mask[None, :], other=0.0)
-                x = _load_x(x_ptrs, k_mask, K, ACT_MUL, True)
-            acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
+                w = tl.load(w_ptrs, mask=((k0 + offs_k) < K)[None, :], other=0.0)
+            x = _x_tile(x_ptr, r_ptr, nw_ptr, h_ptr, offs_m, m_mask, k0, offs_k, K, stride_xm, stride_rm, stride_hm,
+                        rstd, write_h, ACT_MUL, NORM, MASKED)
+            acc2 += w.to(tl.float32) * x.to(tl.float32)
             w_ptrs += BLOCK_K
-            x_ptrs += BLOCK_K
         out = tl.sum(acc2, axis=1)
         if HAS_BIAS:
             out += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
@@ -231,9 +262,11 @@ _LAUNCH_KEYS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim
 def skinny_gemm_triton(
     x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], family: str,
     config: Optional[dict[str, Any]] = None, act_mul: bool = False,
-) -> torch.Tensor:
+    norm: Optional[tuple[torch.Tensor, torch.Tensor, float]] = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Launch `_skinny_gemm_kernel`; returns ``[..., N]`` in x's dtype. With `act_mul`, x is the fused
-    gate/up output ``[..., 2K]``."""
+    gate/up output ``[..., 2K]``. With `norm` = (residual, norm_weight, eps), the input is
+    RMSNorm(x + residual) and the call returns (y, x + residual)."""
     n, k = weight.shape
     x2 = x.reshape(-1, 2 * k if act_mul else k)
     if x2.stride(-1) != 1:
@@ -244,34 +277,47 @@ def skinny_gemm_triton(
     block_n, block_k = cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     launch = {key: v for key, v in cfg.items() if key in _LAUNCH_KEYS}
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    r2, nw, h, eps = x2, weight, y, 0.0
+    if norm is not None:
+        residual, nw, eps = norm
+        r2 = residual.reshape(-1, k)
+        if r2.stride(-1) != 1:
+            r2 = r2.contiguous()
+        h = torch.empty_like(x2)
     _skinny_gemm_kernel[(triton.cdiv(n, block_n),)](
-        x2, weight, bias if bias is not None else weight, y, m, n, k, x2.stride(0), weight.stride(0), y.stride(0),
-        HAS_BIAS=bias is not None, USE_DOT=use_dot, EVEN_K=k % block_k == 0, ACT_MUL=act_mul,
+        x2, weight, bias if bias is not None else weight, y, r2, nw, h, m, n, k, x2.stride(0), weight.stride(0),
+        y.stride(0), r2.stride(0), h.stride(0), float(eps),
+        HAS_BIAS=bias is not None, USE_DOT=use_dot, EVEN_K=k % block_k == 0, ACT_MUL=act_mul, NORM=norm is not None,
         BLOCK_M=16 if use_dot else 1, BLOCK_N=block_n, BLOCK_K=block_k, **launch,
     )
-    return y.reshape(*x.shape[:-1], n)
+    y = y.reshape(*x.shape[:-1], n)
+    return y if norm is None else (y, h.reshape(x.shape))
 
 
-def _spec(family: str, archs: tuple[str, ...], m: int, n: int, k: int, dtype: str, act_mul: bool = False) -> CompileSpec:
+def _spec(family: str, archs: tuple[str, ...], m: int, n: int, k: int, dtype: str, act_mul: bool = False,
+          norm: bool = False) -> CompileSpec:
     cfg = tuned_config(family, m, n, k, 304 if family == "cdna3" else 104)
     use_dot = cfg.pop("USE_DOT")
     block_n, block_k = cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     launch = {key: v for key, v in cfg.items() if key in _LAUNCH_KEYS}
     sig = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
+           "r_ptr": f"*{dtype}", "nw_ptr": f"*{dtype}", "h_ptr": f"*{dtype}",
            "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_ym": "i32",
+           "stride_rm": "i32", "stride_hm": "i32", "eps": "fp32",
            "HAS_BIAS": "constexpr", "USE_DOT": "constexpr", "EVEN_K": "constexpr", "ACT_MUL": "constexpr",
-           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+           "NORM": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
     return CompileSpec(
-        name=f"skinny_gemm[{family},m{m},n{n},k{k},{dtype}{',silu_mul' if act_mul else ''}]",
+        name=f"skinny_gemm[{family},m{m},n{n},k{k},{dtype}{',silu_mul' if act_mul else ''}{',norm' if norm else ''}]",
         kernel=_skinny_gemm_kernel,
         signature=sig,
         constexprs={"HAS_BIAS": False, "USE_DOT": use_dot, "EVEN_K": k % block_k == 0, "ACT_MUL": act_mul,
+                    "NORM": norm,
                     "BLOCK_M": 16 if use_dot else 1, "BLOCK_N": block_n, "BLOCK_K": block_k},
         options=lambda arch: dict(launch),
         hot=True,
         uses_dot=use_dot,
         archs=archs,
-        divisible_by_16=("N", "K", "stride_xm", "stride_wn", "stride_ym"),
+        divisible_by_16=("N", "K", "stride_xm", "stride_wn", "stride_ym", "stride_rm", "stride_hm"),
     )
 
 
@@ -287,5 +333,7 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
         _spec(family, archs, 8, 28672, 4096, "fp16"),   # fused gate/up, 8 rows
         _spec(family, archs, 1, 4096, 14336, "fp16", act_mul=True),  # down_proj reading gate/up
         _spec(family, archs, 4, 4096, 11008, "bf16", act_mul=True),
+        _spec(family, archs, 1, 6144, 4096, "fp16", norm=True),  # add + RMSNorm feeding q/k/v
+        _spec(family, archs, 16, 28672, 4096, "bf16", norm=True),  # add + RMSNorm feeding gate/up
     )
 ]

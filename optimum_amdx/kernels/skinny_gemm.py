@@ -19,7 +19,8 @@ from .runtime import arch_family, device_arch, use_triton
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["skinny_gemm", "skinny_gemm_reference", "skinny_max_m", "MAX_M"]
+__all__ = ["skinny_gemm", "skinny_gemm_norm", "skinny_gemm_norm_reference", "skinny_gemm_reference", "skinny_max_m",
+           "MAX_M"]
 
 MAX_M = 16
 """The most rows the kernel handles; larger inputs go to the vendor BLAS."""
@@ -83,6 +84,53 @@ def skinny_gemm(
 
         x = silu_and_mul(x)
     return torch_linear(x, weight, bias)
+
+
+def skinny_gemm_norm_reference(
+    x: "torch.Tensor", residual: "torch.Tensor", norm_weight: "torch.Tensor", eps: float, weight: "torch.Tensor",
+    bias: Optional["torch.Tensor"] = None,
+) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """PyTorch reference of `skinny_gemm_norm`: h = x + residual; (linear(RMSNorm(h)), h), rounded
+    as transformers' LlamaRMSNorm and decoder layer round."""
+    import torch
+
+    h = x + residual
+    hf = h.to(torch.float32)
+    normed = norm_weight * (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(h.dtype)
+    return torch.nn.functional.linear(normed, weight, bias), h
+
+
+def skinny_gemm_norm(
+    x: "torch.Tensor", residual: "torch.Tensor", norm_weight: "torch.Tensor", eps: float, weight: "torch.Tensor",
+    bias: Optional["torch.Tensor"] = None, config: Optional[dict[str, Any]] = None,
+) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Residual add + RMSNorm feeding a projection, in one kernel: returns ``(RMSNorm(x + residual) @
+    weight^T (+ bias), x + residual)``.
+
+    Each program computes the row norms itself (the rows are a few KiB, read from L2) and the first
+    one also writes ``x + residual``; so the separate add + RMSNorm launch before the projection
+    disappears. Falls back to our `rms_norm` + `F.linear` where `skinny_gemm` would (shape not taken
+    on this family, too many rows, no Triton) or when the norm weight's dtype differs from x's.
+    """
+    if residual.shape != x.shape or norm_weight.shape != (x.shape[-1],) or weight.dim() != 2 \
+            or weight.shape[1] != x.shape[-1]:
+        raise InvalidArgumentError(
+            f"skinny_gemm_norm: x {tuple(x.shape)}, residual {tuple(residual.shape)}, norm weight "
+            f"{tuple(norm_weight.shape)} and weight {tuple(weight.shape)} do not fit (x, residual [..., K]; "
+            "norm weight [K]; weight [N, K])."
+        )
+    m = x.numel() // max(x.shape[-1], 1)
+    same = x.dtype == weight.dtype == norm_weight.dtype == residual.dtype
+    if same and 0 < m <= MAX_M and weight.stride(-1) == 1 and use_triton(x, residual, norm_weight, weight):
+        from ._skinny_gemm_triton import has_config, skinny_gemm_triton
+
+        family = _family(x)
+        if config is not None or has_config(family, m, weight.shape[0], weight.shape[1]):
+            return skinny_gemm_triton(x, weight, bias, family, config, norm=(residual, norm_weight, eps))
+    from .rmsnorm import rms_norm
+
+    normed, h = rms_norm(x, norm_weight, eps, residual=residual)
+    return torch_linear(normed, weight, bias), h
 
 
 def torch_linear(x: "torch.Tensor", weight: "torch.Tensor", bias: Optional["torch.Tensor"] = None) -> "torch.Tensor":

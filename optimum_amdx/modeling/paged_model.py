@@ -22,7 +22,7 @@ from ..kernels.paged_attention import reshape_and_cache, unified_attention
 from ..kernels.rmsnorm import rms_norm
 from ..kernels.rope_cache import rotary_and_cache_
 from ..kernels.rotary import rotary_embedding_
-from ..kernels.skinny_gemm import skinny_gemm, skinny_max_m
+from ..kernels.skinny_gemm import skinny_gemm, skinny_gemm_norm, skinny_max_m
 from .cache import CacheLayout, PagedKVCache
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -99,12 +99,15 @@ class DecodeFusions:
     decode_splits: key-range splits of decode attention (flash-decoding) for one-token-per-sequence
         steps: None = `decode_splits` below (one 128-key tile per split while the grid is under a
         wave); 0 = the attention kernel's own choice (at least 4 tiles per split); n = n splits.
+    norm_gemm: with the skinny GEMM, the residual add + RMSNorm before q/k/v and before gate/up run
+        inside those GEMMs (`skinny_gemm_norm`) instead of as their own kernels.
     """
 
     rope_cache: bool = True
     silu_mul: bool = True
     skinny_gemm: bool = True
     decode_splits: int | None = None
+    norm_gemm: bool = True
 
 
 def _is_silu(act: Callable[[torch.Tensor], torch.Tensor]) -> bool:
@@ -223,14 +226,18 @@ class PagedDecoder:
         return module(x)
 
     def _mlp(self, layer: _Layer, x: torch.Tensor, linear) -> torch.Tensor:
-        proj, down = layer.gate_up, layer.down_proj
+        proj = layer.gate_up
         if self.fusions.silu_mul and layer.act_is_silu and proj.weight is not None:
-            gate_up = linear(x, proj.weight, proj.bias)
-            if linear is skinny_gemm and type(down) is nn.Linear:  # SiLU * up formed inside the down GEMM
-                return skinny_gemm(gate_up, down.weight, down.bias, act_mul=True)
-            return self._apply(down, silu_and_mul(gate_up), linear)
+            return self._down(layer, linear(x, proj.weight, proj.bias), linear)
         gate, up = self._project(proj, x, linear)
         return self._apply(layer.down_proj, layer.act(gate) * up, linear)
+
+    def _down(self, layer: _Layer, gate_up: torch.Tensor, linear) -> torch.Tensor:
+        """down(silu(gate) * up) from the fused gate/up output."""
+        down = layer.down_proj
+        if linear is skinny_gemm and type(down) is nn.Linear:  # SiLU * up formed inside the down GEMM
+            return skinny_gemm(gate_up, down.weight, down.bias, act_mul=True)
+        return self._apply(down, silu_and_mul(gate_up), linear)
 
     @torch.inference_mode()
     def forward(self, batch: BatchInputs, cache: PagedKVCache) -> torch.Tensor:
@@ -241,13 +248,18 @@ class PagedDecoder:
         splits = self.decode_splits(batch.seq_lens.shape[0], batch.max_query_len, batch.max_seq_len)
         residual = None
         q_size = self.num_heads * self.head_dim
+        fuse_norm = self.fusions.norm_gemm and linear is skinny_gemm
         for i, layer in enumerate(self.layers):
             if residual is None:
                 residual = h
-                x = rms_norm(h, layer.ln1_w, layer.ln1_eps)
+                q, k, v = self._project(layer.qkv, rms_norm(h, layer.ln1_w, layer.ln1_eps), linear)
+            elif fuse_norm and layer.qkv.weight is not None:
+                qkv, residual = skinny_gemm_norm(h, residual, layer.ln1_w, layer.ln1_eps, layer.qkv.weight,
+                                                 layer.qkv.bias)
+                q, k, v = qkv.split(layer.qkv.sizes, dim=-1)
             else:
                 x, residual = rms_norm(h, layer.ln1_w, layer.ln1_eps, residual=residual)
-            q, k, v = self._project(layer.qkv, x, linear)
+                q, k, v = self._project(layer.qkv, x, linear)
             q = q.reshape(tokens, self.num_heads, self.head_dim)
             k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
             v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
@@ -262,8 +274,13 @@ class PagedDecoder:
                                      softmax_scale=self.scale, sliding_window=self.sliding_window,
                                      num_splits=splits)
             h = self._apply(layer.o_proj, attn.reshape(tokens, q_size), linear)
-            x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual)
-            h = self._mlp(layer, x, linear)
+            gu = layer.gate_up
+            if fuse_norm and self.fusions.silu_mul and layer.act_is_silu and gu.weight is not None:
+                gate_up, residual = skinny_gemm_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.weight, gu.bias)
+                h = self._down(layer, gate_up, linear)
+            else:
+                x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual)
+                h = self._mlp(layer, x, linear)
         rows = batch.logits_indices
         x, _ = rms_norm(h.index_select(0, rows), self.norm_w, self.norm_eps, residual=residual.index_select(0, rows))
         return self._apply(self.lm_head, x, self._linear_fn(x.shape[0]))

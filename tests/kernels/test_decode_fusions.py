@@ -157,7 +157,7 @@ def test_decoder_with_fusions_generates_what_transformers_and_the_unfused_path_d
         hf = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False,
                             pad_token_id=0)[0, len(prompt):].tolist()
     outs = {}
-    for name, fusions in (("fused", DecodeFusions()), ("unfused", DecodeFusions(False, False, False))):
+    for name, fusions in (("fused", DecodeFusions()), ("unfused", DecodeFusions(False, False, False, 0, False))):
         am = AMDModelForCausalLM(model, num_blocks=16, block_size=4, max_num_seqs=2, max_model_len=64)
         am.decoder.fusions = fusions
         outs[name] = am.generate([prompt], max_new_tokens=5, do_sample=False)[0]
@@ -188,3 +188,33 @@ def test_skinny_gemm_family_table():
     assert tuned_config("hopper", 3, 4096, 4096, 132)["BLOCK_N"] == 32  # bucket 4 entry
     cfg = tuned_config("cdna3", 1, 4096, 11008, 304)
     assert 11008 % cfg["BLOCK_K"] == 0 and cfg["BLOCK_N"] * cfg["BLOCK_K"] <= 16384
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k", [(1, 96), (1, 80), (6, 64)])
+def test_skinny_gemm_with_add_rmsnorm_prologue_matches_reference(dtype, m, k):
+    from optimum_amdx.kernels.skinny_gemm import skinny_gemm_norm, skinny_gemm_norm_reference
+
+    x = _rand(m, k, seed=m + k, dtype=dtype, scale=2.0)
+    r = _rand(m, k, seed=m + k + 1, dtype=dtype)
+    nw = _rand(k, seed=k, dtype=dtype)
+    w = _rand(48, k, seed=k + 2, dtype=dtype, scale=0.1)
+    b = _rand(48, seed=k + 3, dtype=dtype)
+    y, h = skinny_gemm_norm(x, r, nw, 1e-5, w, b)
+    y_ref, h_ref = skinny_gemm_norm_reference(x, r, nw, 1e-5, w, b)
+    torch.testing.assert_close(h, h_ref, rtol=0, atol=0)  # the residual is exact
+    err = (y.float() - y_ref.float()).norm() / y_ref.float().norm()
+    assert y.shape == (m, 48) and err < (1e-2 if dtype == torch.bfloat16 else 3e-3), f"relative error {err:.2e}"
+
+
+def test_skinny_gemm_norm_reference_matches_rms_norm_then_linear():
+    from optimum_amdx.kernels.rmsnorm import rms_norm_reference
+    from optimum_amdx.kernels.skinny_gemm import skinny_gemm_norm_reference
+
+    x, r = _rand(3, 32, seed=1, dtype=torch.float16), _rand(3, 32, seed=2, dtype=torch.float16)
+    nw, w = _rand(32, seed=3, dtype=torch.float16), _rand(8, 32, seed=4, dtype=torch.float16)
+    normed, h = rms_norm_reference(x, nw, 1e-6, r)
+    y, h2 = skinny_gemm_norm_reference(x.cpu(), r.cpu(), nw.cpu(), 1e-6, w.cpu())
+    torch.testing.assert_close(h2, h.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(y, torch.nn.functional.linear(normed.cpu().float(), w.cpu().float()).half(),
+                               rtol=2e-3, atol=2e-3)
