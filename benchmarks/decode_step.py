@@ -36,15 +36,21 @@ from optimum_amdx.modeling.cache import PagedKVCache
 from optimum_amdx.modeling.paged_model import BatchInputs, DecodeFusions, PagedDecoder
 from optimum_amdx.modeling.runner import ModelRunner
 
+def _variant(**kw: Any) -> DecodeFusions:
+    base = dict(rope_cache=True, silu_mul=True, skinny_gemm=False, decode_splits=None, act_gemm=False,
+                norm_gemm=False)
+    base.update(kw)
+    return DecodeFusions(**base)
+
+
 VARIANTS: dict[str, DecodeFusions] = {
-    "unfused": DecodeFusions(rope_cache=False, silu_mul=False, skinny_gemm=False, decode_splits=0, norm_gemm=False),
-    "+rope_cache": DecodeFusions(rope_cache=True, silu_mul=False, skinny_gemm=False, decode_splits=0, norm_gemm=False),
-    "+silu_mul": DecodeFusions(rope_cache=True, silu_mul=True, skinny_gemm=False, decode_splits=0, norm_gemm=False),
-    "+attn_splits": DecodeFusions(rope_cache=True, silu_mul=True, skinny_gemm=False, decode_splits=None,
-                                  norm_gemm=False),
-    "+skinny_gemm": DecodeFusions(rope_cache=True, silu_mul=True, skinny_gemm=True, decode_splits=None,
-                                  norm_gemm=False),
-    "+norm_gemm": DecodeFusions(rope_cache=True, silu_mul=True, skinny_gemm=True, decode_splits=None, norm_gemm=True),
+    "unfused": _variant(rope_cache=False, silu_mul=False, decode_splits=0),
+    "+rope_cache": _variant(silu_mul=False, decode_splits=0),
+    "+silu_mul": _variant(decode_splits=0),
+    "+attn_splits": _variant(),
+    "+skinny_gemm": _variant(skinny_gemm=True),
+    "+act_gemm": _variant(skinny_gemm=True, act_gemm=True),
+    "+norm_gemm": _variant(skinny_gemm=True, norm_gemm=True),
 }
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}

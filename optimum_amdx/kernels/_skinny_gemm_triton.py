@@ -104,44 +104,28 @@ def _load(ptrs, mask, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _x_tile(x_ptr, r_ptr, nw_ptr, h_ptr, offs_m, m_mask, k0, offs_k, K, stride_xm, stride_rm, stride_hm, rstd,
-            write_h, ACT_MUL: tl.constexpr, NORM: tl.constexpr, MASKED: tl.constexpr):
-    """The ``[rows, BLOCK_K]`` input tile at column k0: x itself; silu(gate) * up from the fused
-    gate/up row (up sits K columns after gate, SiLU rounded to the dtype before the product, as
-    torch does); or RMSNorm(x + r) * w with the row's ``rstd`` (h = x + r rounded to the dtype, as
+def _prologue(x, x_ptrs, r_ptrs, h_ptrs, nw_ptrs, mask, K, rstd, write_h,
+              ACT_MUL: tl.constexpr, NORM: tl.constexpr, MASKED: tl.constexpr):
+    """Turn a loaded input tile (any rank) into the GEMM operand: silu(gate) * up from the fused
+    gate/up row (up sits K columns after gate; SiLU rounded to the dtype before the product, as
+    torch does); or RMSNorm(x + r) * w with the rows' ``rstd`` (h = x + r rounded to the dtype, as
     the decoder layer adds; the program with `write_h` also stores h, the next residual)."""
-    cols = k0 + offs_k
-    mask = m_mask[:, None] & (cols < K)[None, :]
-    x = _load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :], mask, MASKED)
     if ACT_MUL:
-        u = _load(x_ptr + offs_m[:, None] * stride_xm + (cols + K)[None, :], mask, MASKED)
+        u = _load(x_ptrs + K, mask, MASKED)
         gf = x.to(tl.float32)
         act = (gf / (1.0 + tl.exp(-gf))).to(x.dtype)
         x = (act.to(tl.float32) * u.to(tl.float32)).to(x.dtype)
     if NORM:
-        r = _load(r_ptr + offs_m[:, None] * stride_rm + cols[None, :], mask, MASKED)
+        r = _load(r_ptrs, mask, MASKED)
         h = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
         if write_h:
-            tl.store(h_ptr + offs_m[:, None] * stride_hm + cols[None, :], h, mask=mask)
-        normed = (h.to(tl.float32) * rstd[:, None]).to(x.dtype)
-        nw = _load(nw_ptr + cols, cols < K, MASKED)
-        x = (nw.to(tl.float32)[None, :] * normed.to(tl.float32)).to(x.dtype)
+            if MASKED:
+                tl.store(h_ptrs, h, mask=mask)
+            else:
+                tl.store(h_ptrs, h)
+        nw = _load(nw_ptrs, mask, MASKED)
+        x = (nw.to(tl.float32) * (h.to(tl.float32) * rstd).to(x.dtype).to(tl.float32)).to(x.dtype)
     return x
-
-
-@triton.jit
-def _row_rstd(x_ptr, r_ptr, offs_m, m_mask, offs_k, K, stride_xm, stride_rm, eps,
-              BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
-    """1 / RMS of each row of h = x + r (rounded to the dtype), over all K columns, in float32."""
-    ss = tl.zeros([offs_m.shape[0]], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + offs_k
-        mask = m_mask[:, None] & (cols < K)[None, :]
-        x = _load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :], mask, MASKED)
-        r = _load(r_ptr + offs_m[:, None] * stride_rm + cols[None, :], mask, MASKED)
-        h = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype).to(tl.float32)
-        ss += tl.sum(h * h, axis=1)
-    return tl.math.rsqrt(ss / K + eps)
 
 
 @triton.jit
@@ -157,43 +141,75 @@ def _skinny_gemm_kernel(
     rn = offs_n % N  # wrapped rows: every weight load stays in bounds without a mask
     offs_k = tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + rn[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
-    # one row (elementwise body) with an even K needs no masks at all
-    MASKED: tl.constexpr = USE_DOT or not EVEN_K
-    if USE_DOT:
-        offs_m = tl.arange(0, BLOCK_M)
-    else:
-        offs_m = tl.zeros([1], dtype=tl.int32)
-    m_mask = offs_m < M
-    rstd = tl.zeros([offs_m.shape[0]], dtype=tl.float32)
-    if NORM:
-        rstd = _row_rstd(x_ptr, r_ptr, offs_m, m_mask, offs_k, K, stride_xm, stride_rm, eps, BLOCK_K, MASKED)
     write_h = pid_n == 0
     if USE_DOT:
+        offs_m = tl.arange(0, BLOCK_M)
+        m_mask = offs_m < M
+        x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+        r_ptrs = r_ptr + offs_m[:, None] * stride_rm + offs_k[None, :]
+        h_ptrs = h_ptr + offs_m[:, None] * stride_hm + offs_k[None, :]
+        rstd = tl.zeros([BLOCK_M, 1], dtype=tl.float32)
+        if NORM:  # 1 / RMS of each row of h = x + r (rounded to the dtype), over all K, in float32
+            ss = tl.zeros([BLOCK_M], dtype=tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                mk = m_mask[:, None] & ((k0 + offs_k) < K)[None, :]
+                hx = tl.load(x_ptrs + k0, mask=mk, other=0.0)
+                hr = tl.load(r_ptrs + k0, mask=mk, other=0.0)
+                hh = (hx.to(tl.float32) + hr.to(tl.float32)).to(hx.dtype).to(tl.float32)
+                ss += tl.sum(hh * hh, axis=1)
+            rstd = tl.math.rsqrt(ss / K + eps)[:, None]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             if EVEN_K:
+                mask = m_mask[:, None]
                 w = tl.load(w_ptrs)
             else:
+                mask = m_mask[:, None] & ((k0 + offs_k) < K)[None, :]
                 w = tl.load(w_ptrs, mask=((k0 + offs_k) < K)[None, :], other=0.0)
-            x = _x_tile(x_ptr, r_ptr, nw_ptr, h_ptr, offs_m, m_mask, k0, offs_k, K, stride_xm, stride_rm, stride_hm,
-                        rstd, write_h, ACT_MUL, NORM, MASKED)
+            x = tl.load(x_ptrs, mask=mask, other=0.0)
+            x = _prologue(x, x_ptrs, r_ptrs, h_ptrs, nw_ptr + k0 + offs_k[None, :], mask, K, rstd, write_h,
+                          ACT_MUL, NORM, True)
             acc = tl.dot(x, tl.trans(w), acc)
             w_ptrs += BLOCK_K
+            x_ptrs += BLOCK_K
+            r_ptrs += BLOCK_K
+            h_ptrs += BLOCK_K
         if HAS_BIAS:
             acc += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
         y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
     else:
+        x_ptrs = x_ptr + offs_k
+        r_ptrs = r_ptr + offs_k
+        h_ptrs = h_ptr + offs_k
+        rstd = 0.0
+        if NORM:
+            ss = tl.zeros([BLOCK_K], dtype=tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                kmask = (k0 + offs_k) < K
+                hx = tl.load(x_ptrs + k0, mask=kmask, other=0.0)
+                hr = tl.load(r_ptrs + k0, mask=kmask, other=0.0)
+                hh = (hx.to(tl.float32) + hr.to(tl.float32)).to(hx.dtype).to(tl.float32)
+                ss += hh * hh
+            rstd = tl.math.rsqrt(tl.sum(ss, axis=0) / K + eps)
         acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             if EVEN_K:
                 w = tl.load(w_ptrs)
+                x = tl.load(x_ptrs)
+                x = _prologue(x, x_ptrs, r_ptrs, h_ptrs, nw_ptr + k0 + offs_k, None, K, rstd, write_h,
+                              ACT_MUL, NORM, False)
             else:
-                w = tl.load(w_ptrs, mask=((k0 + offs_k) < K)[None, :], other=0.0)
-            x = _x_tile(x_ptr, r_ptr, nw_ptr, h_ptr, offs_m, m_mask, k0, offs_k, K, stride_xm, stride_rm, stride_hm,
-                        rstd, write_h, ACT_MUL, NORM, MASKED)
-            acc2 += w.to(tl.float32) * x.to(tl.float32)
+                k_mask = (k0 + offs_k) < K
+                w = tl.load(w_ptrs, mask=k_mask[None, :], other=0.0)
+                x = tl.load(x_ptrs, mask=k_mask, other=0.0)
+                x = _prologue(x, x_ptrs, r_ptrs, h_ptrs, nw_ptr + k0 + offs_k, k_mask, K, rstd, write_h,
+                              ACT_MUL, NORM, True)
+            acc2 += w.to(tl.float32) * x.to(tl.float32)[None, :]
             w_ptrs += BLOCK_K
+            x_ptrs += BLOCK_K
+            r_ptrs += BLOCK_K
+            h_ptrs += BLOCK_K
         out = tl.sum(acc2, axis=1)
         if HAS_BIAS:
             out += tl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)

@@ -99,15 +99,19 @@ class DecodeFusions:
     decode_splits: key-range splits of decode attention (flash-decoding) for one-token-per-sequence
         steps: None = `decode_splits` below (one 128-key tile per split while the grid is under a
         wave); 0 = the attention kernel's own choice (at least 4 tiles per split); n = n splits.
+    act_gemm: with the skinny GEMM, SiLU(gate) * up is formed inside the down projection's GEMM
+        (one launch fewer per layer). Off by default until it measures faster (benchmarks/RESULTS.md).
     norm_gemm: with the skinny GEMM, the residual add + RMSNorm before q/k/v and before gate/up run
-        inside those GEMMs (`skinny_gemm_norm`) instead of as their own kernels.
+        inside those GEMMs (`skinny_gemm_norm`). Off by default: on an H200 every GEMM program
+        re-reading the rows for the norm cost more than the launches it saved (benchmarks/RESULTS.md).
     """
 
     rope_cache: bool = True
     silu_mul: bool = True
     skinny_gemm: bool = True
     decode_splits: int | None = None
-    norm_gemm: bool = True
+    act_gemm: bool = False
+    norm_gemm: bool = False
 
 
 def _is_silu(act: Callable[[torch.Tensor], torch.Tensor]) -> bool:
@@ -235,7 +239,7 @@ class PagedDecoder:
     def _down(self, layer: _Layer, gate_up: torch.Tensor, linear) -> torch.Tensor:
         """down(silu(gate) * up) from the fused gate/up output."""
         down = layer.down_proj
-        if linear is skinny_gemm and type(down) is nn.Linear:  # SiLU * up formed inside the down GEMM
+        if self.fusions.act_gemm and linear is skinny_gemm and type(down) is nn.Linear:  # SiLU * up in the GEMM
             return skinny_gemm(gate_up, down.weight, down.bias, act_mul=True)
         return self._apply(down, silu_and_mul(gate_up), linear)
 

@@ -157,11 +157,14 @@ def test_decoder_with_fusions_generates_what_transformers_and_the_unfused_path_d
         hf = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False,
                             pad_token_id=0)[0, len(prompt):].tolist()
     outs = {}
-    for name, fusions in (("fused", DecodeFusions()), ("unfused", DecodeFusions(False, False, False, 0, False))):
+    variants = (("fused", DecodeFusions(act_gemm=True, norm_gemm=True)), ("default", DecodeFusions()),
+                ("unfused", DecodeFusions(False, False, False, 0)))
+    for name, fusions in variants:
         am = AMDModelForCausalLM(model, num_blocks=16, block_size=4, max_num_seqs=2, max_model_len=64)
         am.decoder.fusions = fusions
         outs[name] = am.generate([prompt], max_new_tokens=5, do_sample=False)[0]
     assert outs["fused"] == hf
+    assert outs["default"] == hf
     assert outs["unfused"] == hf
 
 
