@@ -268,7 +268,8 @@ def tuned_config(family: str, m: int, n: int, k: int, num_sms: int) -> dict[str,
     if family in ("cdna2", "cdna3", "cdna4"):
         cfg.update(waves_per_eu=2, **({"matrix_instr_nonkdim": 16} if use_dot else {}))
     if family in ("rdna3", "rdna4") and use_dot:
-        cfg.update(num_warps=8)
+        # wave32, 256 VGPRs per lane at most: [16, 256] operand tiles spill on gfx1100; 64-wide ones do not
+        cfg.update(BLOCK_N=16, BLOCK_K=64 if k % 64 == 0 else 32, num_warps=4)
     return cfg
 
 
