@@ -17,9 +17,12 @@ import torch
 from torch import nn
 
 from ..errors import UnsupportedModelError
+from ..kernels.act_mul import silu_and_mul
 from ..kernels.paged_attention import reshape_and_cache, unified_attention
 from ..kernels.rmsnorm import rms_norm
+from ..kernels.rope_cache import rotary_and_cache_
 from ..kernels.rotary import rotary_embedding_
+from ..kernels.skinny_gemm import skinny_gemm, skinny_gemm_norm, skinny_max_m
 from .cache import CacheLayout, PagedKVCache
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -84,6 +87,37 @@ class _Projection:
         return [m(x) for m in self.modules]
 
 
+@dataclass
+class DecodeFusions:
+    """Which fused paths `PagedDecoder.forward` takes. All on by default; benchmarks turn them off one
+    by one to measure what each buys (benchmarks/decode_step.py).
+
+    rope_cache: rotary of q and k and the paged K/V write in one kernel (instead of two).
+    silu_mul: SiLU(gate) * up in one pass over the fused gate/up output (instead of two kernels).
+    skinny_gemm: our Triton matmul for steps of few tokens, where `skinny_max_m` allows it on this GPU
+        family (a per-family table: off where it does not beat the vendor BLAS).
+    decode_splits: key-range splits of decode attention (flash-decoding) for one-token-per-sequence
+        steps: None = `decode_splits` below (one 128-key tile per split while the grid is under a
+        wave); 0 = the attention kernel's own choice (at least 4 tiles per split); n = n splits.
+    act_gemm: with the skinny GEMM, SiLU(gate) * up is formed inside the down projection's GEMM
+        (one launch fewer per layer). Off by default until it measures faster (benchmarks/RESULTS.md).
+    norm_gemm: with the skinny GEMM, the residual add + RMSNorm before q/k/v and before gate/up run
+        inside those GEMMs (`skinny_gemm_norm`). Off by default: on an H200 every GEMM program
+        re-reading the rows for the norm cost more than the launches it saved (benchmarks/RESULTS.md).
+    """
+
+    rope_cache: bool = True
+    silu_mul: bool = True
+    skinny_gemm: bool = True
+    decode_splits: int | None = None
+    act_gemm: bool = False
+    norm_gemm: bool = False
+
+
+def _is_silu(act: Callable[[torch.Tensor], torch.Tensor]) -> bool:
+    return isinstance(act, nn.SiLU) or type(act).__name__ in ("SiLU", "SiLUActivation")
+
+
 class _Layer:
     """Handles on one decoder layer's weights."""
 
@@ -94,6 +128,7 @@ class _Layer:
         self.gate_up = _Projection([mlp.gate_proj, mlp.up_proj])
         self.down_proj = mlp.down_proj
         self.act: Callable[[torch.Tensor], torch.Tensor] = mlp.act_fn
+        self.act_is_silu = _is_silu(mlp.act_fn)
         self.ln1_w = layer.input_layernorm.weight
         self.ln1_eps = float(getattr(layer.input_layernorm, "variance_epsilon", getattr(layer.input_layernorm, "eps", 1e-6)))
         self.ln2_w = layer.post_attention_layernorm.weight
@@ -128,6 +163,9 @@ class PagedDecoder:
         self.device = self.embed.weight.device
         self.dtype = self.embed.weight.dtype
         self.cos, self.sin = self._rotary_tables(base.rotary_emb, max_model_len)
+        self.fusions = DecodeFusions()
+        self._num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
+                         if self.device.type == "cuda" else 1)
 
     @staticmethod
     def _sliding_window(config) -> int | None:
@@ -151,32 +189,102 @@ class PagedDecoder:
         return CacheLayout(num_layers=len(self.layers), num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
                            block_size=block_size, dtype=dtype or self.dtype)
 
+    def decode_splits(self, num_seqs: int, max_query_len: int, max_seq_len: int) -> int | None:
+        """Key-range splits for a decode step (None: leave it to the attention kernel).
+
+        A decode step of few sequences has only sequences x KV heads attention programs (8 for
+        Llama-3-8B at batch 1), each walking its whole context: latency, not bandwidth. Splitting the
+        keys into one 128-key tile per program, up to 4 programs per compute unit, measured 0.47 ->
+        0.24 ms per step at batch 1 and 512 tokens of context on an H200 (benchmarks/RESULTS.md). The
+        kernel sizes splits from the actual lengths, so a graph captured for `max_seq_len` stays right
+        for shorter contexts (empty splits write nothing).
+        """
+        choice = self.fusions.decode_splits
+        if max_query_len != 1 or choice == 0:
+            return None
+        if choice is not None:
+            return choice
+        if self.device.type != "cuda":
+            return None
+        programs = num_seqs * self.num_kv_heads
+        if programs >= self._num_sms:
+            return None
+        return max(1, min(64, 4 * self._num_sms // programs, -(-max_seq_len // 128)))
+
+    def _linear_fn(self, tokens: int) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
+        """The matmul for a step of `tokens` rows: our skinny GEMM where this GPU family takes it, else F.linear."""
+        if self.fusions.skinny_gemm and tokens <= skinny_max_m(self.embed.weight):
+            return skinny_gemm
+        return torch.nn.functional.linear
+
+    @staticmethod
+    def _project(proj: _Projection, x: torch.Tensor, linear) -> list[torch.Tensor]:
+        if proj.weight is not None:
+            return list(linear(x, proj.weight, proj.bias).split(proj.sizes, dim=-1))
+        return proj(x)
+
+    @staticmethod
+    def _apply(module: nn.Module, x: torch.Tensor, linear) -> torch.Tensor:
+        if type(module) is nn.Linear:
+            return linear(x, module.weight, module.bias)
+        return module(x)
+
+    def _mlp(self, layer: _Layer, x: torch.Tensor, linear) -> torch.Tensor:
+        proj = layer.gate_up
+        if self.fusions.silu_mul and layer.act_is_silu and proj.weight is not None:
+            return self._down(layer, linear(x, proj.weight, proj.bias), linear)
+        gate, up = self._project(proj, x, linear)
+        return self._apply(layer.down_proj, layer.act(gate) * up, linear)
+
+    def _down(self, layer: _Layer, gate_up: torch.Tensor, linear) -> torch.Tensor:
+        """down(silu(gate) * up) from the fused gate/up output."""
+        down = layer.down_proj
+        if self.fusions.act_gemm and linear is skinny_gemm and type(down) is nn.Linear:  # SiLU * up in the GEMM
+            return skinny_gemm(gate_up, down.weight, down.bias, act_mul=True)
+        return self._apply(down, silu_and_mul(gate_up), linear)
+
     @torch.inference_mode()
     def forward(self, batch: BatchInputs, cache: PagedKVCache) -> torch.Tensor:
         """Logits [seqs, vocab] for the rows named by `batch.logits_indices`; writes K/V into the cache."""
         h = self.embed(batch.input_ids)
         tokens = h.shape[0]
+        linear = self._linear_fn(tokens)
+        splits = self.decode_splits(batch.seq_lens.shape[0], batch.max_query_len, batch.max_seq_len)
         residual = None
         q_size = self.num_heads * self.head_dim
+        fuse_norm = self.fusions.norm_gemm and linear is skinny_gemm
         for i, layer in enumerate(self.layers):
             if residual is None:
                 residual = h
-                x = rms_norm(h, layer.ln1_w, layer.ln1_eps)
+                q, k, v = self._project(layer.qkv, rms_norm(h, layer.ln1_w, layer.ln1_eps), linear)
+            elif fuse_norm and layer.qkv.weight is not None:
+                qkv, residual = skinny_gemm_norm(h, residual, layer.ln1_w, layer.ln1_eps, layer.qkv.weight,
+                                                 layer.qkv.bias)
+                q, k, v = qkv.split(layer.qkv.sizes, dim=-1)
             else:
                 x, residual = rms_norm(h, layer.ln1_w, layer.ln1_eps, residual=residual)
-            q, k, v = layer.qkv(x)
+                q, k, v = self._project(layer.qkv, x, linear)
             q = q.reshape(tokens, self.num_heads, self.head_dim)
             k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
             v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
-            rotary_embedding_(q, k, self.cos, self.sin, batch.positions)
-            reshape_and_cache(k, v, cache.k[i], cache.v[i], batch.slot_mapping)
+            if self.fusions.rope_cache:
+                rotary_and_cache_(q, k, v, self.cos, self.sin, batch.positions, cache.k[i], cache.v[i],
+                                  batch.slot_mapping)
+            else:
+                rotary_embedding_(q, k, self.cos, self.sin, batch.positions)
+                reshape_and_cache(k, v, cache.k[i], cache.v[i], batch.slot_mapping)
             attn = unified_attention(q, cache.k[i], cache.v[i], batch.block_tables, batch.seq_lens,
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
-                                     softmax_scale=self.scale, sliding_window=self.sliding_window)
-            h = layer.o_proj(attn.reshape(tokens, q_size))
-            x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual)
-            gate, up = layer.gate_up(x)
-            h = layer.down_proj(layer.act(gate) * up)
+                                     softmax_scale=self.scale, sliding_window=self.sliding_window,
+                                     num_splits=splits)
+            h = self._apply(layer.o_proj, attn.reshape(tokens, q_size), linear)
+            gu = layer.gate_up
+            if fuse_norm and self.fusions.silu_mul and layer.act_is_silu and gu.weight is not None:
+                gate_up, residual = skinny_gemm_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.weight, gu.bias)
+                h = self._down(layer, gate_up, linear)
+            else:
+                x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual)
+                h = self._mlp(layer, x, linear)
         rows = batch.logits_indices
         x, _ = rms_norm(h.index_select(0, rows), self.norm_w, self.norm_eps, residual=residual.index_select(0, rows))
-        return self.lm_head(x)
+        return self._apply(self.lm_head, x, self._linear_fn(x.shape[0]))

@@ -1,0 +1,67 @@
+"""Triton kernel behind `optimum_amdx.kernels.act_mul` (SiLU(gate) * up).
+
+Grid (rows, column blocks): each program reads BLOCK gate and BLOCK up values of one row (16-byte
+vector loads when the block is a multiple of 8 halves per thread) and writes BLOCK outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from .compile_spec import CompileSpec
+
+
+@triton.jit
+def _silu_mul_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    g = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
+    u = tl.load(x_ptr + row * x_stride + n_cols + cols, mask=mask, other=0.0)
+    gf = g.to(tl.float32)
+    act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)  # SiLU in float32, rounded like torch's half SiLU
+    y = act.to(tl.float32) * u.to(tl.float32)
+    tl.store(y_ptr + row * y_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def launch_config(family: str, n_cols: int) -> dict[str, Any]:
+    """Column block and warps: 1024 columns per program with 4 warps (8 halves per thread)."""
+    del family
+    block = min(1024, triton.next_power_of_2(n_cols))
+    return {"BLOCK": block, "num_warps": max(1, min(4, block // 256)), "num_stages": 1}
+
+
+def silu_and_mul_triton(gate_up: torch.Tensor, family: str) -> torch.Tensor:
+    """Launch `_silu_mul_kernel` on ``[..., 2I]``; returns ``[..., I]``."""
+    n = gate_up.shape[-1] // 2
+    x = gate_up.reshape(-1, 2 * n)
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    y = torch.empty((x.shape[0], n), dtype=gate_up.dtype, device=gate_up.device)
+    cfg = launch_config(family, n)
+    block = cfg.pop("BLOCK")
+    _silu_mul_kernel[(x.shape[0], triton.cdiv(n, block))](x, y, n, x.stride(0), y.stride(0), BLOCK=block, **cfg)
+    return y.reshape(*gate_up.shape[:-1], n)
+
+
+def _spec(n: int, dtype: str) -> CompileSpec:
+    cfg = launch_config("cdna3", n)
+    block = cfg.pop("BLOCK")
+    return CompileSpec(
+        name=f"silu_and_mul[i{n},{dtype}]",
+        kernel=_silu_mul_kernel,
+        signature={"x_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "n_cols": "i32", "x_stride": "i32", "y_stride": "i32",
+                   "BLOCK": "constexpr"},
+        constexprs={"BLOCK": block},
+        options=lambda arch: dict(cfg),
+        hot=True,
+        uses_dot=False,
+        divisible_by_16=("n_cols", "x_stride", "y_stride"),
+    )
+
+
+AMD_COMPILE_SPECS: list[CompileSpec] = [_spec(14336, "fp16"), _spec(11008, "bf16")]

@@ -1,0 +1,44 @@
+"""SiLU(gate) * up in one pass over the fused gate/up projection output (the gated MLP's middle).
+
+`silu_and_mul(gate_up)` takes ``[tokens, 2 * I]`` (gate columns first, then up, as the decoder's
+fused gate/up matmul writes them) and returns ``[tokens, I]``. Rounding follows transformers'
+``act_fn(gate) * up`` in half precision exactly: SiLU is computed in float32 and rounded to the
+input dtype, then the product is formed in float32 and rounded once. Replaces two elementwise
+kernels (SiLU, multiply) and the intermediate they pass through memory.
+
+This module imports no Triton; the kernel lives in `_act_mul_triton`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import InvalidArgumentError
+from .runtime import arch_family, device_arch, use_triton
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["silu_and_mul", "silu_and_mul_reference"]
+
+
+def silu_and_mul_reference(gate_up: "torch.Tensor") -> "torch.Tensor":
+    """PyTorch reference: ``silu(gate) * up`` with gate = first half of the last dim."""
+    import torch
+
+    gate, up = gate_up.chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up
+
+
+def silu_and_mul(gate_up: "torch.Tensor") -> "torch.Tensor":
+    """``silu(gate_up[..., :I]) * gate_up[..., I:]`` as ``[..., I]``, one Triton kernel where Triton runs."""
+    if gate_up.dim() < 1 or gate_up.shape[-1] % 2:
+        raise InvalidArgumentError(
+            f"silu_and_mul expects [..., 2 * intermediate] (gate then up); got shape {tuple(gate_up.shape)}."
+        )
+    if gate_up.numel() == 0 or gate_up.stride(-1) != 1 or not use_triton(gate_up):
+        return silu_and_mul_reference(gate_up)
+    from ._act_mul_triton import silu_and_mul_triton
+
+    index = gate_up.device.index if gate_up.device.type == "cuda" and gate_up.device.index is not None else 0
+    return silu_and_mul_triton(gate_up, arch_family(device_arch(index)))

@@ -1,0 +1,223 @@
+"""The decode step's fused kernels against their PyTorch references (interpreter on CPU, Triton on a GPU):
+rotary + paged-cache write, SiLU(gate) * up, and the skinny GEMM.
+
+The references are themselves checked against the unfused ops the decoder used before
+(`rotary_embedding_reference` + `reshape_and_cache_reference`, ``act(gate) * up``, ``F.linear``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from optimum_amdx.errors import InvalidArgumentError
+from optimum_amdx.kernels.act_mul import silu_and_mul, silu_and_mul_reference
+from optimum_amdx.kernels.rope_cache import rotary_and_cache_, rotary_and_cache_reference
+from optimum_amdx.kernels.skinny_gemm import MAX_M, skinny_gemm, skinny_gemm_reference
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float16, torch.bfloat16]
+
+
+def _rand(*shape, seed, dtype=torch.float32, scale=1.0):
+    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype).to(DEVICE)
+
+
+def _tables(max_pos: int, half: int):
+    inv = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
+    freqs = torch.arange(max_pos, dtype=torch.float32)[:, None] * inv[None, :]
+    return freqs.cos().to(DEVICE), freqs.sin().to(DEVICE)
+
+
+def _rope_case(tokens, hq, hk, d, half, dtype, seed, num_blocks=6, block=4):
+    qkv = _rand(tokens, (hq + 2 * hk) * d, seed=seed, dtype=dtype)
+    q = qkv[:, : hq * d].view(tokens, hq, d)
+    k = qkv[:, hq * d:(hq + hk) * d].view(tokens, hk, d)
+    v = qkv[:, (hq + hk) * d:].view(tokens, hk, d)
+    cos, sin = _tables(64, half)
+    g = torch.Generator().manual_seed(seed + 1)
+    positions = torch.randint(0, 64, (tokens,), generator=g).to(DEVICE)
+    slots = torch.randperm(num_blocks * block, generator=g)[:tokens].to(DEVICE)
+    slots[0] = -1  # a padding row writes nowhere
+    kc = _rand(num_blocks, block, hk, d, seed=seed + 2, dtype=dtype)
+    vc = _rand(num_blocks, block, hk, d, seed=seed + 3, dtype=dtype)
+    return qkv, q, k, v, cos, sin, positions, slots, kc, vc
+
+
+def test_rope_cache_reference_matches_the_unfused_ops():
+    from optimum_amdx.kernels.attention_reference import reshape_and_cache_reference
+    from optimum_amdx.kernels.rotary import rotary_embedding_reference
+
+    qkv, q, k, v, cos, sin, pos, slots, kc, vc = _rope_case(5, 4, 2, 16, 8, torch.float32, seed=3)
+    q2, k2, kc2, vc2 = q.clone(), k.clone(), kc.clone(), vc.clone()
+    k_before = k.clone()
+    rotary_and_cache_reference(q, k, v, cos, sin, pos, kc, vc, slots)
+    rotary_embedding_reference(q2, k2, cos, sin, pos)
+    reshape_and_cache_reference(k2, v, kc2, vc2, slots)
+    torch.testing.assert_close(q, q2, rtol=0, atol=0)
+    torch.testing.assert_close(kc, kc2, rtol=0, atol=0)
+    torch.testing.assert_close(vc, vc2, rtol=0, atol=0)
+    torch.testing.assert_close(k, k_before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hq,hk,d,half", [(4, 2, 16, 8), (3, 3, 32, 16), (4, 1, 32, 8)])  # GQA, MHA, partial rotary
+def test_rope_cache_matches_reference(dtype, hq, hk, d, half):
+    case = _rope_case(6, hq, hk, d, half, dtype, seed=hq * 100 + d)
+    qkv, q, k, v, cos, sin, pos, slots, kc, vc = case
+    ref = [t.clone() for t in (qkv, kc, vc)]
+    rq = ref[0][:, : hq * d].view(6, hq, d)
+    rk = ref[0][:, hq * d:(hq + hk) * d].view(6, hk, d)
+    rv = ref[0][:, (hq + hk) * d:].view(6, hk, d)
+    rotary_and_cache_reference(rq, rk, rv, cos, sin, pos, ref[1], ref[2], slots)
+    rotary_and_cache_(q, k, v, cos, sin, pos, kc, vc, slots)
+    tol = dict(rtol=0, atol=1e-2 if dtype == torch.bfloat16 else 2e-3)  # one rounding of a float32 FMA
+    torch.testing.assert_close(q, rq, **tol)
+    torch.testing.assert_close(kc, ref[1], **tol)
+    torch.testing.assert_close(vc, ref[2], rtol=0, atol=0)
+    torch.testing.assert_close(k, rk, rtol=0, atol=0)  # k itself is left as it was
+
+
+def test_rope_cache_rejects_mismatched_cache():
+    _, q, k, v, cos, sin, pos, slots, kc, vc = _rope_case(3, 4, 2, 16, 8, torch.float16, seed=1)
+    with pytest.raises(InvalidArgumentError, match="caches"):
+        rotary_and_cache_(q, k, v, cos, sin, pos, kc[..., :8], vc[..., :8], slots)
+
+
+def test_silu_and_mul_reference_matches_the_unfused_ops():
+    x = _rand(3, 64, seed=4, dtype=torch.float16)
+    act = torch.nn.SiLU()
+    torch.testing.assert_close(silu_and_mul_reference(x), act(x[:, :32]) * x[:, 32:], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 2 * 40), (5, 2 * 1100), (2, 3, 2 * 64)])
+def test_silu_and_mul_matches_reference(dtype, shape):
+    x = _rand(*shape, seed=shape[-1], dtype=dtype, scale=3.0)
+    got = silu_and_mul(x)
+    ref = silu_and_mul_reference(x)
+    assert got.shape == ref.shape and got.dtype == dtype
+    # SiLU rounded to the dtype, then one more rounding: at most one ulp apart where exp differs
+    torch.testing.assert_close(got, ref, rtol=1e-2 if dtype == torch.bfloat16 else 2e-3, atol=1e-3)
+
+
+def test_silu_and_mul_rejects_odd_width():
+    with pytest.raises(InvalidArgumentError, match="2 \\* intermediate"):
+        silu_and_mul(_rand(2, 7, seed=1, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,k,bias", [(1, 40, 96, False), (1, 48, 80, True), (3, 33, 64, True), (MAX_M, 64, 48, False)])
+def test_skinny_gemm_matches_reference(dtype, m, n, k, bias):
+    x = _rand(m, k, seed=m + n, dtype=dtype)
+    w = _rand(n, k, seed=n + k, dtype=dtype, scale=0.1)
+    b = _rand(n, seed=k, dtype=dtype) if bias else None
+    got = skinny_gemm(x, w, b)
+    ref = skinny_gemm_reference(x.float(), w.float(), None if b is None else b.float())
+    assert got.shape == (m, n) and got.dtype == dtype
+    err = (got.float() - ref).norm() / ref.norm()
+    assert err < (1e-2 if dtype == torch.bfloat16 else 2e-3), f"relative error {err:.2e}"
+
+
+def test_skinny_gemm_keeps_leading_dims_and_falls_back_above_max_m():
+    x = _rand(2, 1, 32, seed=1, dtype=torch.float16)
+    w = _rand(24, 32, seed=2, dtype=torch.float16)
+    torch.testing.assert_close(skinny_gemm(x, w), skinny_gemm_reference(x.float(), w.float()).half(), rtol=2e-3, atol=2e-3)
+    big = _rand(MAX_M + 1, 32, seed=3, dtype=torch.float16)
+    torch.testing.assert_close(skinny_gemm(big, w), skinny_gemm_reference(big, w), rtol=0, atol=0)
+
+
+def test_skinny_gemm_rejects_bad_shapes():
+    with pytest.raises(InvalidArgumentError, match="do not multiply"):
+        skinny_gemm(_rand(1, 32, seed=1, dtype=torch.float16), _rand(24, 16, seed=2, dtype=torch.float16))
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="interpreter end-to-end check; tests/modeling/test_gpu.py covers the GPU")
+def test_decoder_with_fusions_generates_what_transformers_and_the_unfused_path_do():
+    """A tiny fp32 Llama through every Triton kernel (interpreter), fused and unfused, against
+    transformers' greedy continuation: the fused step (rotary+cache, SiLU*up, skinny GEMM for the
+    decode rows) must produce the same tokens."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from optimum_amdx.modeling import AMDModelForCausalLM
+    from optimum_amdx.modeling.paged_model import DecodeFusions
+
+    config = AutoConfig.for_model("llama", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                  max_position_embeddings=128, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.15)
+    prompt = [5, 17, 3, 99, 42, 7]
+    with torch.no_grad():
+        ids = torch.tensor([prompt])
+        hf = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False,
+                            pad_token_id=0)[0, len(prompt):].tolist()
+    outs = {}
+    variants = (("fused", DecodeFusions(act_gemm=True, norm_gemm=True)), ("default", DecodeFusions()),
+                ("unfused", DecodeFusions(False, False, False, 0)))
+    for name, fusions in variants:
+        am = AMDModelForCausalLM(model, num_blocks=16, block_size=4, max_num_seqs=2, max_model_len=64)
+        am.decoder.fusions = fusions
+        outs[name] = am.generate([prompt], max_new_tokens=5, do_sample=False)[0]
+    assert outs["fused"] == hf
+    assert outs["default"] == hf
+    assert outs["unfused"] == hf
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 5])
+def test_skinny_gemm_with_silu_mul_prologue_matches_reference(dtype, m):
+    gate_up = _rand(m, 2 * 96, seed=m, dtype=dtype, scale=2.0)
+    w = _rand(40, 96, seed=m + 1, dtype=dtype, scale=0.1)
+    got = skinny_gemm(gate_up, w, act_mul=True)
+    ref = skinny_gemm_reference(gate_up, w, act_mul=True).float()
+    err = (got.float() - ref).norm() / ref.norm()
+    assert got.shape == (m, 40) and err < (1e-2 if dtype == torch.bfloat16 else 2e-3), f"relative error {err:.2e}"
+
+
+def test_skinny_gemm_family_table():
+    from optimum_amdx.kernels._skinny_gemm_triton import has_config, tuned_config
+
+    assert has_config("hopper", 1, 4096, 4096) and has_config("hopper", 16, 128256, 4096)
+    assert not has_config("hopper", 1, 1000, 4096)  # unmeasured shape: cuBLAS
+    assert not has_config("hopper", 4, 28672, 4096)  # measured slower than cuBLAS: cuBLAS
+    assert not has_config("hopper", 17, 4096, 4096)
+    assert has_config("cdna3", 8, 1000, 4096) and not has_config("cdna3", 9, 1000, 4096)
+    assert not has_config("nvidia", 1, 4096, 4096)
+    assert tuned_config("hopper", 3, 4096, 4096, 132)["BLOCK_N"] == 32  # bucket 4 entry
+    cfg = tuned_config("cdna3", 1, 4096, 11008, 304)
+    assert 11008 % cfg["BLOCK_K"] == 0 and cfg["BLOCK_N"] * cfg["BLOCK_K"] <= 16384
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k", [(1, 96), (1, 80), (6, 64)])
+def test_skinny_gemm_with_add_rmsnorm_prologue_matches_reference(dtype, m, k):
+    from optimum_amdx.kernels.skinny_gemm import skinny_gemm_norm, skinny_gemm_norm_reference
+
+    x = _rand(m, k, seed=m + k, dtype=dtype, scale=2.0)
+    r = _rand(m, k, seed=m + k + 1, dtype=dtype)
+    nw = _rand(k, seed=k, dtype=dtype)
+    w = _rand(48, k, seed=k + 2, dtype=dtype, scale=0.1)
+    b = _rand(48, seed=k + 3, dtype=dtype)
+    y, h = skinny_gemm_norm(x, r, nw, 1e-5, w, b)
+    y_ref, h_ref = skinny_gemm_norm_reference(x, r, nw, 1e-5, w, b)
+    torch.testing.assert_close(h, h_ref, rtol=0, atol=0)  # the residual is exact
+    err = (y.float() - y_ref.float()).norm() / y_ref.float().norm()
+    assert y.shape == (m, 48) and err < (1e-2 if dtype == torch.bfloat16 else 3e-3), f"relative error {err:.2e}"
+
+
+def test_skinny_gemm_norm_reference_matches_rms_norm_then_linear():
+    from optimum_amdx.kernels.rmsnorm import rms_norm_reference
+    from optimum_amdx.kernels.skinny_gemm import skinny_gemm_norm_reference
+
+    x, r = _rand(3, 32, seed=1, dtype=torch.float16), _rand(3, 32, seed=2, dtype=torch.float16)
+    nw, w = _rand(32, seed=3, dtype=torch.float16), _rand(8, 32, seed=4, dtype=torch.float16)
+    normed, h = rms_norm_reference(x, nw, 1e-6, r)
+    y, h2 = skinny_gemm_norm_reference(x.cpu(), r.cpu(), nw.cpu(), 1e-6, w.cpu())
+    torch.testing.assert_close(h2, h.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(y, torch.nn.functional.linear(normed.cpu().float(), w.cpu().float()).half(),
+                               rtol=2e-3, atol=2e-3)
