@@ -16,7 +16,8 @@ For each model shape (random weights, no hub) and dtype, and each fusion variant
   shape of the model at small M, with weights rotated so nothing is served from L2.
 
 Prints tables and writes JSON (`--out`). Reuses `optimum_amdx.benchmark` (model build, ceilings,
-roofline) rather than private copies.
+roofline, timing) rather than private copies. Over 400 lines on purpose: one script holds every
+measurement of the issue, so one device call runs them all from the same build.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 from optimum_amdx.benchmark.backends import build_torch_model, resolve_source
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.roofline import ModelGeometry, kv_cache_bytes
+from optimum_amdx.benchmark.timing import Clock
 from optimum_amdx.modeling.cache import PagedKVCache
 from optimum_amdx.modeling.paged_model import BatchInputs, DecodeFusions, PagedDecoder
 from optimum_amdx.modeling.runner import ModelRunner
@@ -77,18 +79,16 @@ def kernel_family(name: str) -> str:
 
 
 def _events_time(fn, rounds: int = 5, reps: int = 20) -> float:
-    """Median over rounds of the mean device seconds of `fn` (events around `reps` calls)."""
+    """Median over rounds of the mean device seconds of `fn` (device-clock marks around `reps` calls)."""
+    clock = Clock(DEVICE)
     fn()
-    torch.cuda.synchronize()
+    clock.synchronize()
     times = []
     for _ in range(rounds):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start = clock.mark()
         for _ in range(reps):
             fn()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3 / reps)
+        times.append(clock.seconds(start, clock.mark()) / reps)
     return statistics.median(times)
 
 
@@ -222,19 +222,9 @@ def _graph_time(calls: list, rounds: int = 5, replays: int = 5) -> float:
     with torch.cuda.graph(graph):
         for c in calls:
             c()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3 / (replays * len(calls)))
+    t = _events_time(graph.replay, rounds=rounds, reps=replays) / len(calls)
     del graph
-    return statistics.median(times)
+    return t
 
 
 def _sweep_configs(m: int, n: int, k: int, sms: int) -> list[dict[str, Any]]:

@@ -6,6 +6,11 @@ Supported families: Llama, Mistral and Qwen2 (grouped-query attention; Qwen2 has
 Where q/k/v (and gate/up) are plain `nn.Linear`, their weights are concatenated into one matrix
 so a layer runs 4 matmuls instead of 7; the transformers modules are re-pointed at views of the
 fused matrix, so no weight memory is duplicated and the original model keeps working.
+
+The decode step is trimmed toward its memory floor (benchmarks/RESULTS.md, decode section):
+rotary and the paged K/V write are one kernel, SiLU(gate) * up is one pass, decode attention splits
+its keys across programs when few sequences run, and steps of few tokens use our skinny GEMM where
+the GPU family's table takes the shape (`DecodeFusions` switches each of these).
 """
 
 from __future__ import annotations
@@ -218,8 +223,12 @@ class PagedDecoder:
         return torch.nn.functional.linear
 
     @staticmethod
-    def _project(proj: _Projection, x: torch.Tensor, linear) -> list[torch.Tensor]:
-        if proj.weight is not None:
+    def _dense(proj: _Projection) -> bool:
+        """Whether the projection is one fused plain floating-point matrix (quantized ones run their own modules)."""
+        return isinstance(proj.weight, torch.Tensor) and proj.weight.is_floating_point()
+
+    def _project(self, proj: _Projection, x: torch.Tensor, linear) -> list[torch.Tensor]:
+        if self._dense(proj):
             return list(linear(x, proj.weight, proj.bias).split(proj.sizes, dim=-1))
         return proj(x)
 
@@ -231,7 +240,7 @@ class PagedDecoder:
 
     def _mlp(self, layer: _Layer, x: torch.Tensor, linear) -> torch.Tensor:
         proj = layer.gate_up
-        if self.fusions.silu_mul and layer.act_is_silu and proj.weight is not None:
+        if self.fusions.silu_mul and layer.act_is_silu and self._dense(proj):
             return self._down(layer, linear(x, proj.weight, proj.bias), linear)
         gate, up = self._project(proj, x, linear)
         return self._apply(layer.down_proj, layer.act(gate) * up, linear)
@@ -257,7 +266,7 @@ class PagedDecoder:
             if residual is None:
                 residual = h
                 q, k, v = self._project(layer.qkv, rms_norm(h, layer.ln1_w, layer.ln1_eps), linear)
-            elif fuse_norm and layer.qkv.weight is not None:
+            elif fuse_norm and self._dense(layer.qkv):
                 qkv, residual = skinny_gemm_norm(h, residual, layer.ln1_w, layer.ln1_eps, layer.qkv.weight,
                                                  layer.qkv.bias)
                 q, k, v = qkv.split(layer.qkv.sizes, dim=-1)
@@ -279,7 +288,7 @@ class PagedDecoder:
                                      num_splits=splits)
             h = self._apply(layer.o_proj, attn.reshape(tokens, q_size), linear)
             gu = layer.gate_up
-            if fuse_norm and self.fusions.silu_mul and layer.act_is_silu and gu.weight is not None:
+            if fuse_norm and self.fusions.silu_mul and layer.act_is_silu and self._dense(gu):
                 gate_up, residual = skinny_gemm_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.weight, gu.bias)
                 h = self._down(layer, gate_up, linear)
             else:
