@@ -67,10 +67,24 @@ def call_bytes(w: W4A16Weight, m: int) -> int:
     return total + m * (k + n) * 2
 
 
-def ours_ms(w0: W4A16Weight, m: int, config: Optional[dict[str, Any]] = None) -> float:
+def ours_ms(w0: W4A16Weight, m: int, config: Optional[dict[str, Any]] = None, route: Optional[str] = None) -> float:
     x = torch.randn(m, w0.in_features, device="cuda", dtype=torch.float16)
     ws = [w0] + [_clone(w0) for _ in range(l2_cold_copies(w0.qweight.numel() * 4) - 1)]
-    return graph_ms([lambda w=w: w4a16_matmul(x, w, config=config) for w in ws])
+    return graph_ms([lambda w=w: w4a16_matmul(x, w, config=config, route=route) for w in ws])
+
+
+def crossover(shapes: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Both routes at the row counts where the dispatcher switches (the one threshold, STREAM_MAX_M)."""
+    rows = []
+    for k, n in shapes:
+        w, _ = random_gptq(k, n, 128, False, seed=5 * k + n)
+        for m in (16, 24, 32, 48, 64, 128, 255):
+            r = {"K": k, "N": n, "M": m, "stream_ms": ours_ms(w, m, route="stream"),
+                 "dequant_ms": ours_ms(w, m, route="dequant")}
+            rows.append(r)
+            print(f"  crossover {k}x{n} M={m}: stream {r['stream_ms'] * 1e3:.1f} us, dequant+BLAS "
+                  f"{r['dequant_ms'] * 1e3:.1f} us", flush=True)
+    return rows
 
 
 def fp16_ms(k: int, n: int, m: int) -> float:
@@ -162,22 +176,31 @@ def batch_table(copy_bw: float, shapes: list[tuple[int, int]], ms_list: list[int
     return rows
 
 
+def _sweep_configs(m: int) -> list[dict[str, Any]]:
+    if m == 1:
+        return [{"BLOCK_M": 1, "num_warps": w, "programs_per_cu": p, "FENCE": f}
+                for w, p, f in ((4, 8, True), (4, 8, False), (8, 4, False), (2, 16, False), (2, 16, True))]
+    bms = (16,) if m <= 16 else (32, 64) if m <= 64 else (64,)
+    return [{"BLOCK_M": bm, "num_warps": w, "programs_per_cu": p, "JOIN": j}
+            for bm in bms for w in (4, 8) for j in (True, False) for p in (2, 8)]
+
+
 def sweep(copy_bw: float) -> list[dict[str, Any]]:
+    """Warps, programs per SM (capped by residency), the prefetch fence (M = 1) and one joined dot
+    per tile vs one dot per nibble plane (M > 1), on two shapes."""
     rows = []
-    for (k, n), m in itertools.product(((4096, 14336), (14336, 4096), (4096, 4096)), (1, 16)):
+    for (k, n), m in itertools.product(((4096, 14336), (4096, 4096)), (1, 16, 32, 64, 128)):
         w, _ = random_gptq(k, n, 128, False, seed=k + n)
-        for ppc in (1, 2, 3, 4, 6, 8):
-            for warps in (4, 8):
-                cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": warps, "programs_per_cu": ppc}
-                try:
-                    ms = ours_ms(w, m, cfg)
-                except Exception as exc:  # noqa: BLE001
-                    rows.append({"K": k, "N": n, "M": m, "config": cfg, "error": str(exc)[:200]})
-                    continue
-                rows.append({"K": k, "N": n, "M": m, "config": cfg, "ms": ms,
-                             "pct_copy_bw": 100 * call_bytes(w, m) / (ms * 1e-3) / copy_bw})
-                print(f"  sweep {k}x{n} M={m} ppc={ppc} warps={warps}: {ms * 1e3:.1f} us "
-                      f"({rows[-1]['pct_copy_bw']:.1f}%)", flush=True)
+        for cfg in _sweep_configs(m):
+            try:
+                ms = ours_ms(w, m, cfg)
+            except Exception as exc:  # noqa: BLE001 - a config that fails is recorded, not fatal
+                rows.append({"K": k, "N": n, "M": m, "config": cfg, "error": str(exc)[:200]})
+                print(f"  sweep {k}x{n} M={m} {cfg}: error {str(exc)[:120]}", flush=True)
+                continue
+            rows.append({"K": k, "N": n, "M": m, "config": cfg, "ms": ms,
+                         "pct_copy_bw": 100 * call_bytes(w, m) / (ms * 1e-3) / copy_bw})
+            print(f"  sweep {k}x{n} M={m} {cfg}: {ms * 1e3:.1f} us ({rows[-1]['pct_copy_bw']:.1f}%)", flush=True)
     return rows
 
 
@@ -188,6 +211,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also sweep programs per SM and warps")
     parser.add_argument("--no-peers", action="store_true", help="skip GemLite and torch int4")
     parser.add_argument("--skip-m1", action="store_true", help="skip the seven-shape M=1 table")
+    parser.add_argument("--m1-only", action="store_true", help="only the seven-shape M=1 table")
+    parser.add_argument("--sweep-only", action="store_true", help="only the config sweep")
+    parser.add_argument("--crossover-only", action="store_true", help="only stream vs dequant at 16..255 rows")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_w4a16 needs a GPU (torch.cuda)", file=sys.stderr)
@@ -198,12 +224,23 @@ def main(argv: Optional[list[str]] = None) -> int:
                               "copy_GB_s": copy_bw / 1e9, "matmul_TFLOP_s": mm_rate / 1e12}
     print(f"device {result['device']} ({result['arch']}); copy {copy_bw / 1e9:.0f} GB/s; fp16 matmul "
           f"{mm_rate / 1e12:.0f} TFLOP/s", flush=True)
-    if args.sweep:
+    if args.crossover_only:
+        result["crossover"] = crossover(BATCH_SHAPES)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1, default=str)
+        return 0
+    if args.sweep or args.sweep_only:
         result["sweep"] = sweep(copy_bw)
+        if args.sweep_only:
+            if args.out:
+                with open(args.out, "w") as f:
+                    json.dump(result, f, indent=1, default=str)
+            return 0
     if not args.skip_m1:
         result["m1"] = m1_table(copy_bw, LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES)
     ms_list = [1, 4, 16, 32, 64, 128, 256, 2048] if args.quick else BATCH_MS
-    result["batch"] = batch_table(copy_bw, BATCH_SHAPES, ms_list, not args.no_peers)
+    result["batch"] = [] if args.m1_only else batch_table(copy_bw, BATCH_SHAPES, ms_list, not args.no_peers)
     print("\nM=1 (graph-replayed, L2-cold): % of copy bandwidth, goal >= 80")
     print(f"{'K x N':>13} | {'g128':>6} {'g128 act':>8} | {'g32':>6} {'g32 act':>8}")
     for k, n in LLAMA_SHAPES:

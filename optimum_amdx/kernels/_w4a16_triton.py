@@ -76,20 +76,34 @@ def _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, J: tl.constexpr):
 
 
 @triton.jit
-def _scale_zero(s_ptr, z_ptr, g, offs_n, N, EVEN_N: tl.constexpr, HAS_ZEROS: tl.constexpr):
-    """Scales and zero points ``[BLOCK_N]`` (float32) of group row `g`; zero 8 when symmetric."""
-    if EVEN_N:
-        s = tl.load(s_ptr + g * N + offs_n).to(tl.float32)
+def _scale_zero(s_ptr, z_ptr, g, offs_n, N, EVEN_N: tl.constexpr, HAS_ZEROS: tl.constexpr,
+                COLUMN: tl.constexpr = False):
+    """Scales and zero points ``[BLOCK_N, 1]`` (float32) of group row `g`; zero 8 when symmetric.
+    COLUMN: load them as a column of the weight tile's own layout (the threads of a column read
+    the same address) instead of a 1D vector expanded afterwards; in the one-row loop the 1D load
+    cost a shared-memory layout conversion and a barrier every tile (sm_90 SASS), in the dot path
+    the column load makes the compiler pick worse layouts for the whole tile (5x the shared stores)."""
+    if COLUMN:
+        ptrs = g * N + offs_n[:, None]
+        nmask = (offs_n < N)[:, None]
     else:
-        s = tl.load(s_ptr + g * N + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+        ptrs = g * N + offs_n
+        nmask = offs_n < N
+    if EVEN_N:
+        s = tl.load(s_ptr + ptrs).to(tl.float32)
+    else:
+        s = tl.load(s_ptr + ptrs, mask=nmask, other=0.0).to(tl.float32)
     if HAS_ZEROS:
         if EVEN_N:
-            z = tl.load(z_ptr + g * N + offs_n).to(tl.float32)
+            z = tl.load(z_ptr + ptrs).to(tl.float32)
         else:
-            z = tl.load(z_ptr + g * N + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+            z = tl.load(z_ptr + ptrs, mask=nmask, other=0.0).to(tl.float32)
     else:
         z = tl.full(s.shape, 8.0, tl.float32)
-    return s, z
+    if COLUMN:
+        return s, z
+    else:
+        return s[:, None], z[:, None]
 
 
 @triton.jit
@@ -123,6 +137,23 @@ def _x_vec(x_ptr, perm_ptr, rows, K, HAS_PERM: tl.constexpr, EVEN_K: tl.constexp
 
 
 @triton.jit
+def _x_tile(x_ptr, perm_ptr, rows, offs_m, m_mask, stride_xm, K, HAS_PERM: tl.constexpr, EVEN_K: tl.constexpr):
+    """x^T for sorted input rows `rows` and the M block: ``[len(rows), BLOCK_M]`` in x's dtype."""
+    if HAS_PERM:
+        if EVEN_K:
+            cols = tl.load(perm_ptr + rows)
+        else:
+            cols = tl.load(perm_ptr + rows, mask=rows < K, other=0)
+    else:
+        cols = rows
+    x_ptrs = x_ptr + offs_m[None, :] * stride_xm + cols[:, None]
+    if EVEN_K:
+        return tl.load(x_ptrs, mask=m_mask[None, :], other=0.0)
+    else:
+        return tl.load(x_ptrs, mask=m_mask[None, :] & (rows < K)[:, None], other=0.0)
+
+
+@triton.jit
 def _plane_w(packed, w_l16, w_l8, w_r8, w_r16, one_bits, s, z, J: tl.constexpr):
     """Dequantized weights ``(q - z) * s`` of nibble plane J as one FMA on the biased nibble."""
     nib = _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, J)
@@ -130,7 +161,7 @@ def _plane_w(packed, w_l16, w_l8, w_r8, w_r16, one_bits, s, z, J: tl.constexpr):
         se = s * 128.0
     else:
         se = s * 2048.0
-    return nib * se[:, None] - (se + z * s)[:, None]
+    return nib * se - (se + z * s)
 
 
 @triton.jit
@@ -151,7 +182,8 @@ def _w4a16_stream_kernel(
     M, N, K, KT, NB, stride_xm, stride_om, n_units, one_bits,
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
+    PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -176,12 +208,16 @@ def _w4a16_stream_kernel(
         offs_p = tl.arange(0, 128)
         t = offs_p % 8
         rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + offs_p // 8
-    cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
-    for u in range(u0, u1):
-        # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
-        nxt = tl.load(qw_ptr + tl.minimum(u + 1, u1 - 1) * TILE_WORDS + tile_offs)
-        # keeps the compiler (ptxas) from sinking the prefetch below the compute of `cur`
-        tl.debug_barrier()
+    if not PIPELINE:
+        cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
+    for u in tl.range(u0, u1, num_stages=STAGES):
+        if PIPELINE:  # Triton's pipeliner keeps STAGES - 1 tiles in flight (async copies on sm_80+)
+            cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
+        else:
+            # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
+            nxt = tl.load(qw_ptr + tl.minimum(u + 1, u1 - 1) * TILE_WORDS + tile_offs)
+            if FENCE:  # keeps the compiler (ptxas) from sinking the prefetch below the compute of `cur`
+                tl.debug_barrier()
         nb = u // KT
         kt = u - nb * KT
         k0 = kt * 128
@@ -202,8 +238,8 @@ def _w4a16_stream_kernel(
                     ones += xs
                     part += contrib
                 s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0 + c * PLANES * 16, K, GROUP_SIZE, EVEN_K), offs_n, N,
-                                   EVEN_N, HAS_ZEROS)
-                acc2 += s[:, None] * (part - (ones[None, :] + z[:, None] * xsum[None, :]))
+                                   EVEN_N, HAS_ZEROS, True)
+                acc2 += s * (part - (ones[None, :] + z * xsum[None, :]))
         else:
             s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
             if CHUNKS == 1:
@@ -226,24 +262,23 @@ def _w4a16_stream_kernel(
             w5 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s5, z5, 5).to(dt)
             w6 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s6, z6, 6).to(dt)
             w7 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s7, z7, 7).to(dt)
-            # [BLOCK_N, R, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c
-            wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
-            wt = tl.reshape(wt, [BLOCK_N, 128])
-            rows = k0 + rows_p
-            if HAS_PERM:
-                if EVEN_K:
-                    cols = tl.load(perm_ptr + rows)
-                else:
-                    cols = tl.load(perm_ptr + rows, mask=rows < K, other=0)
-            else:
-                cols = rows
-            x_ptrs = x_ptr + offs_m[None, :] * stride_xm + cols[:, None]
-            if EVEN_K:
-                xt = tl.load(x_ptrs, mask=m_mask[None, :], other=0.0)
-            else:
-                xt = tl.load(x_ptrs, mask=m_mask[None, :] & (rows < K)[:, None], other=0.0)
-            acc = tl.dot(wt, xt, acc)
-        cur = nxt
+            if JOIN:
+                # [BLOCK_N, R, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c
+                wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
+                wt = tl.reshape(wt, [BLOCK_N, 128])
+                rows = k0 + rows_p
+                acc = tl.dot(wt, _x_tile(x_ptr, perm_ptr, rows, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
+            else:  # one dot per nibble plane (16 consecutive rows each)
+                acc = tl.dot(w0, _x_tile(x_ptr, perm_ptr, k0 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
+                acc = tl.dot(w1, _x_tile(x_ptr, perm_ptr, k0 + 16 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
+                acc = tl.dot(w2, _x_tile(x_ptr, perm_ptr, k0 + 32 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
+                acc = tl.dot(w3, _x_tile(x_ptr, perm_ptr, k0 + 48 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
+                acc = tl.dot(w4, _x_tile(x_ptr, perm_ptr, k0 + 64 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
+                acc = tl.dot(w5, _x_tile(x_ptr, perm_ptr, k0 + 80 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
+                acc = tl.dot(w6, _x_tile(x_ptr, perm_ptr, k0 + 96 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
+                acc = tl.dot(w7, _x_tile(x_ptr, perm_ptr, k0 + 112 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
+        if not PIPELINE:
+            cur = nxt
         if (kt == KT - 1) | (u == u1 - 1):
             if BLOCK_M == 1:
                 res = tl.sum(acc2, axis=1)[:, None]
@@ -317,24 +352,23 @@ def _w4a16_dequant_kernel(
 
 STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # rows class (largest M it serves) -> BLOCK_M, warps, programs per CU/SM (the persistent grid:
-    # all programs resident at once, so it must not exceed the occupancy the registers allow).
-    # waves_per_eu stays 0 on AMD (Triton passes it to LLVM as "N, N", which caps occupancy at N).
-    "hopper": {1: {"BLOCK_M": 1, "num_warps": 4, "programs_per_cu": 4},
-               16: {"BLOCK_M": 16, "num_warps": 4, "programs_per_cu": 3},
-               32: {"BLOCK_M": 32, "num_warps": 4, "programs_per_cu": 2},
-               64: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 1},
-               255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 1}},
-    "cdna": {1: {"BLOCK_M": 1, "num_warps": 4, "programs_per_cu": 4},
-             16: {"BLOCK_M": 16, "num_warps": 4, "programs_per_cu": 2, "matrix_instr_nonkdim": 16, "kpack": 1},
-             32: {"BLOCK_M": 32, "num_warps": 4, "programs_per_cu": 2, "matrix_instr_nonkdim": 16, "kpack": 1},
-             64: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 1, "matrix_instr_nonkdim": 16, "kpack": 1},
-             255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 1, "matrix_instr_nonkdim": 16, "kpack": 1}},
-    # gfx1100 (wave32): 8 warps keep the 16/32-row dot tiles out of scratch
-    "rdna3": {1: {"BLOCK_M": 1, "num_warps": 4, "programs_per_cu": 4},
-              16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 2},
-              32: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 1},
-              64: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 1},
-              255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 1}},
+    # all programs resident at once; capped at run time by the occupancy the compiled kernel's
+    # registers and shared memory allow). H200 sweep (benchmarks/RESULTS.md): 8 warps beat 4 for
+    # every dot tile; 32-row tiles beat 64 at 33..64 rows; one joined dot per tile beats one dot per
+    # nibble plane by 1.3-2.5x. waves_per_eu stays 0 on AMD (Triton passes it to LLVM as "N, N",
+    # which caps occupancy at N).
+    "hopper": {1: {"BLOCK_M": 1, "num_warps": 4, "programs_per_cu": 8},
+               16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8},
+               64: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 8},
+               255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8}},
+    "cdna": {1: {"BLOCK_M": 1, "num_warps": 4, "programs_per_cu": 8},
+             16: {"BLOCK_M": 16, "num_warps": 4, "programs_per_cu": 8, "matrix_instr_nonkdim": 16, "kpack": 1},
+             64: {"BLOCK_M": 32, "num_warps": 4, "programs_per_cu": 8, "matrix_instr_nonkdim": 16, "kpack": 1},
+             255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8, "matrix_instr_nonkdim": 16, "kpack": 1}},
+    # gfx1100 (wave32): only 16-row dot tiles stay out of scratch (32 rows: 28 B, 64 rows: 524 B
+    # per lane even with 8 warps), so more rows take several 16-row blocks
+    "rdna3": {1: {"BLOCK_M": 1, "num_warps": 4, "programs_per_cu": 8},
+              255: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8}},
     "cpu": {1: {"BLOCK_M": 1, "num_warps": 1, "programs_per_cu": 3},
             16: {"BLOCK_M": 16, "num_warps": 1, "programs_per_cu": 3},
             255: {"BLOCK_M": 32, "num_warps": 1, "programs_per_cu": 3}},
@@ -457,7 +491,8 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     if m_blocks * block_m > WS_ROWS:
         raise ValueError(f"the stream kernel takes at most {WS_ROWS} rows")
     gs = _group_arg(w)
-    key = (x2.device, x2.dtype, cfg.get("num_warps"), block_m, gs, w.zeros is not None, w.perm is not None,
+    key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
+           cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
            bias is not None, k % TILE_K == 0, n % TILE_N == 0)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
@@ -467,7 +502,8 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         m, n, k, kt, nb, x2.stride(0), out.stride(0), n_units, ONE_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=TILE_N, HAS_ZEROS=w.zeros is not None,
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
-        **launch_options(cfg, arch),
+        FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
+        JOIN=cfg.get("JOIN", True), **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)
@@ -514,7 +550,7 @@ def _stream_spec(rows: int, group: int, zeros: bool, perm: bool, archs: tuple[st
     cfg0 = stream_config(archs[-1], rows)
     tag = ("asym" if zeros else "sym") + (",act-order" if perm else "") + (",rdna3" if archs == _RDNA3 else "")
     return CompileSpec(
-        name=f"w4a16_stream[m{cfg0['BLOCK_M']},g{group},{tag}]",
+        name=f"w4a16_stream[m{rows}:{cfg0['BLOCK_M']},g{group},{tag}]",
         kernel=_w4a16_stream_kernel,
         signature=sig,
         constexprs={"GROUP_SIZE": group, "CHUNKS": _chunks(group), "BLOCK_M": cfg0["BLOCK_M"], "BLOCK_N": TILE_N,
@@ -555,6 +591,7 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
         _stream_spec(16, 128, True, False, archs),
         _stream_spec(16, 32, False, True, archs),
         _stream_spec(64, 128, True, False, archs),
+        _stream_spec(255, 128, True, False, archs),
         _dequant_spec(archs),
     )
 ]

@@ -181,7 +181,8 @@ def test_split_stream_workspace_is_left_clean_and_reused():
         x = torch.randn(m, 512, generator=g).half().to(DEVICE)
         cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs}
         out = w4a16_matmul(x, w, config=cfg)
-        torch.testing.assert_close(out.float(), w4a16_matmul_reference(x, w).float(), rtol=0, atol=0.05)
+        ref = w4a16_matmul_reference(x, w).float()
+        torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-3 * ref.abs().max().item())
         ws, cnt = _WORKSPACES[(x.device, 64)]
         assert int(cnt.abs().sum()) == 0 and float(ws.abs().sum()) == 0.0
 
@@ -260,7 +261,8 @@ def test_dispatch_and_grid_choices():
     assert choose_route(1, "hopper") == "stream" and choose_route(255, "cdna3") == "stream"
     assert choose_route(256, "cdna3") == "dequant" and choose_route(4096, "cpu") == "stream"
     assert stream_config("sm_90", 1)["BLOCK_M"] == 1 and stream_config("gfx942", 2)["BLOCK_M"] == 16
-    assert stream_config("gfx1100", 40)["BLOCK_M"] == 64 and stream_config("gfx90a", 200)["BLOCK_M"] == 64
+    assert stream_config("gfx1100", 40)["BLOCK_M"] == 16 and stream_config("gfx90a", 200)["BLOCK_M"] == 64
+    assert stream_config("sm_90", 64)["BLOCK_M"] == 32
     assert [_chunks(g) for g in (0, 128, 256, 64, 32, 16, 48)] == [1, 1, 1, 2, 4, 8, 8]
     cpu = torch.device("cpu")  # one "CU"
     assert stream_grid(10, 1, {"programs_per_cu": 4}, cpu) == 4
@@ -341,3 +343,25 @@ def test_full_size_on_gpu(m, act_order):
     out = w4a16_matmul(x, w)
     exact = x.float() @ expected.cuda()
     torch.testing.assert_close(out.float(), exact, rtol=0, atol=2e-2 * exact.abs().max().item())
+
+
+def test_paged_projection_fuses_gptq_linears():
+    """q/k/v as GPTQ linears run as one W4A16 matmul in the paged engine, with the same result."""
+    from optimum_amdx.modeling.paged_model import _Projection
+    from optimum_amdx.quantization.quant_linear import QuantLinear
+
+    k, g = 256, 64
+    first = quantize(k, 128, 4, g, False, True, "gptq", seed=50)
+    mods = []
+    for i, n in enumerate((128, 64, 64)):
+        qweight, qzeros, scales, g_idx, _ = first if i == 0 else quantize_with_g_idx(k, n, g, True, first[3], seed=50 + i)
+        tensors = {"qweight": qweight, "qzeros": qzeros, "scales": scales, "g_idx": g_idx}
+        bias = torch.randn(n, generator=torch.Generator().manual_seed(i)).half() if i != 1 else None
+        mods.append(QuantLinear.from_packed({t: v.to(DEVICE) for t, v in tensors.items()}, k, n, 4, g,
+                                            bias=None if bias is None else bias.to(DEVICE)))
+    x = torch.randn(5, k, generator=torch.Generator().manual_seed(9)).half().to(DEVICE)
+    separate = [m(x) for m in mods]
+    proj = _Projection(mods)
+    assert proj.qweight is not None and proj.qweight.out_features == 256
+    for got, want in zip(proj(x), separate):
+        torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=2e-2 * want.abs().max().item())
