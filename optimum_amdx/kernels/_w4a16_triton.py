@@ -48,8 +48,9 @@ TILE_N = TILE_K = 128
 """The tile of the repacked layout (equal to `w4a16.TILE_N` / `TILE_K`; this module does not import
 the front module, which imports it lazily, and a test checks they agree)."""
 ONE_BITS = 0x3F800000  # bits of float32 1.0, passed at run time: held in a register, the and-or is one LOP3 on sm_90
-WS_ROWS = 256
-"""Rows of the persistent float32 split-K workspace (at least `STREAM_MAX_M` + 1)."""
+WS_ROWS = 64
+"""Rows of the persistent float32 split-K workspace per N (at least `STREAM_MAX_M`; a forced stream
+route over more rows runs in chunks of this many)."""
 
 
 @triton.jit
@@ -365,6 +366,7 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
              16: {"BLOCK_M": 16, "num_warps": 4, "programs_per_cu": 8, "matrix_instr_nonkdim": 16, "kpack": 1},
              64: {"BLOCK_M": 32, "num_warps": 4, "programs_per_cu": 8, "matrix_instr_nonkdim": 16, "kpack": 1},
              255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8, "matrix_instr_nonkdim": 16, "kpack": 1}},
+    # 255: only when the route is forced (benchmarks); the dispatcher switches to dequant + BLAS earlier
     # gfx1100 (wave32): only 16-row dot tiles stay out of scratch (32 rows: 28 B, 64 rows: 524 B
     # per lane even with 8 warps), so more rows take several 16-row blocks
     "rdna3": {1: {"BLOCK_M": 1, "num_warps": 4, "programs_per_cu": 8},
@@ -431,7 +433,7 @@ def _workspace(device: torch.device, n: int, n_cnt: int) -> tuple[torch.Tensor, 
     ws = _WORKSPACES.get(key)
     if ws is None or ws[1].numel() < n_cnt:
         ws = (torch.zeros(WS_ROWS, n, dtype=torch.float32, device=device),
-              torch.zeros(max(n_cnt, 16 * triton.cdiv(n, TILE_N)), dtype=torch.int32, device=device))
+              torch.zeros(max(n_cnt, WS_ROWS * triton.cdiv(n, TILE_N)), dtype=torch.int32, device=device))
         _WORKSPACES[key] = ws
     return ws
 

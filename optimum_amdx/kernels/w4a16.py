@@ -375,11 +375,14 @@ def _check_x(x: "torch.Tensor", w: W4A16Weight) -> None:
         raise InvalidArgumentError(f"W4A16 activations must be float16 or bfloat16, got {x.dtype}.")
 
 
-STREAM_MAX_M: dict[str, int] = {"default": 255, "cpu": 1 << 62}
+STREAM_MAX_M: dict[str, int] = {"default": 32, "cpu": 1 << 62}
 """The dispatcher's one threshold, per arch family: up to this many rows the fused stream-K kernel
-runs (dequantizing in registers, bandwidth-bound); from the next row on, dequantize once into a
-dense weight and call the BLAS matmul, which amortizes the dense write over many rows. The
-interpreter never takes the dequant route on its own (it would test the BLAS, not our kernel)."""
+runs (dequantizing in registers); from the next row on, dequantize once into a dense weight and
+call the BLAS matmul, which amortizes the dense write over many rows. H200, both routes in one run
+(benchmarks/RESULTS.md): at 32 rows the stream kernel is 1.4x faster on 4096x14336 (58 vs 81 us),
+at 48 rows dequant + BLAS is 1.2x faster (82 vs 96 us), at 255 rows 2.3x. AMD families use the
+same value until measured there. The interpreter never takes the dequant route on its own (it
+would test the BLAS, not our kernel)."""
 
 
 def choose_route(m: int, family: str) -> str:

@@ -126,6 +126,7 @@ CASES = [
     (17, 200, 72, 64, False, True, "gptq", torch.float16),
     (40, 128, 100, 128, True, False, "gptq_v2", torch.bfloat16),
     (33, 96, 64, 32, True, True, "gptq", torch.bfloat16),
+    (70, 128, 40, 32, False, False, "gptq", torch.float16),  # more rows than the workspace: chunks
 ]
 
 
@@ -258,8 +259,8 @@ def test_dispatch_and_grid_choices():
     from optimum_amdx.kernels._w4a16_triton import _chunks, stream_config, stream_grid
     from optimum_amdx.kernels.w4a16 import choose_route
 
-    assert choose_route(1, "hopper") == "stream" and choose_route(255, "cdna3") == "stream"
-    assert choose_route(256, "cdna3") == "dequant" and choose_route(4096, "cpu") == "stream"
+    assert choose_route(1, "hopper") == "stream" and choose_route(32, "cdna3") == "stream"
+    assert choose_route(33, "cdna3") == "dequant" and choose_route(4096, "cpu") == "stream"
     assert stream_config("sm_90", 1)["BLOCK_M"] == 1 and stream_config("gfx942", 2)["BLOCK_M"] == 16
     assert stream_config("gfx1100", 40)["BLOCK_M"] == 16 and stream_config("gfx90a", 200)["BLOCK_M"] == 64
     assert stream_config("sm_90", 64)["BLOCK_M"] == 32
