@@ -178,18 +178,19 @@ def batch_table(copy_bw: float, shapes: list[tuple[int, int]], ms_list: list[int
 
 def _sweep_configs(m: int) -> list[dict[str, Any]]:
     if m == 1:
-        return [{"BLOCK_M": 1, "num_warps": w, "programs_per_cu": p, "FENCE": f}
-                for w, p, f in ((4, 8, True), (4, 8, False), (8, 4, False), (2, 16, False), (2, 16, True))]
+        return [dict({"BLOCK_M": 1, "num_warps": w, "programs_per_cu": p}, **extra)
+                for w, p, extra in ((4, 8, {}), (4, 8, {"maxnreg": 96}), (4, 8, {"maxnreg": 80}), (8, 8, {}),
+                                    (8, 8, {"FENCE": True}), (4, 8, {"maxnreg": 96, "FENCE": True}))]
     bms = (16,) if m <= 16 else (32, 64) if m <= 64 else (64,)
     return [{"BLOCK_M": bm, "num_warps": w, "programs_per_cu": p, "JOIN": j}
             for bm in bms for w in (4, 8) for j in (True, False) for p in (2, 8)]
 
 
-def sweep(copy_bw: float) -> list[dict[str, Any]]:
+def sweep(copy_bw: float, ms: list[int]) -> list[dict[str, Any]]:
     """Warps, programs per SM (capped by residency), the prefetch fence (M = 1) and one joined dot
     per tile vs one dot per nibble plane (M > 1), on two shapes."""
     rows = []
-    for (k, n), m in itertools.product(((4096, 14336), (4096, 4096)), (1, 16, 32, 64, 128)):
+    for (k, n), m in itertools.product(((4096, 14336), (4096, 4096), (8192, 28672)), ms):
         w, _ = random_gptq(k, n, 128, False, seed=k + n)
         for cfg in _sweep_configs(m):
             try:
@@ -214,6 +215,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--m1-only", action="store_true", help="only the seven-shape M=1 table")
     parser.add_argument("--sweep-only", action="store_true", help="only the config sweep")
     parser.add_argument("--crossover-only", action="store_true", help="only stream vs dequant at 16..255 rows")
+    parser.add_argument("--sweep-m", default="1,16,32,64,128", help="row counts the sweep covers")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_w4a16 needs a GPU (torch.cuda)", file=sys.stderr)
@@ -231,7 +233,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 json.dump(result, f, indent=1, default=str)
         return 0
     if args.sweep or args.sweep_only:
-        result["sweep"] = sweep(copy_bw)
+        result["sweep"] = sweep(copy_bw, [int(v) for v in args.sweep_m.split(",")])
         if args.sweep_only:
             if args.out:
                 with open(args.out, "w") as f:

@@ -24,10 +24,10 @@ other along K; nibble ``j`` of word ``r`` is input row ``kt * 128 + j * 16 + r``
 
 Dequantization without int-to-float conversions: five shifted copies of each word (shared by its
 8 nibbles) put nibble ``j`` at bits 16..19 (even ``j``) or 12..15 (odd) of one of them; one and-or
-with the bits of 1.0 makes the float ``1 + q * 2**-e`` exactly (e = 7 or 11). One row: that times
-``x * 2**e`` is ``x * 2**e + q * x`` (one FMA), and the ``x * 2**e`` sums are taken off once per
-group chunk, not per weight. Several rows: ``(q - z) * s`` is one FMA with the per-column constant
-``-(s * 2**e + z * s)`` (exact: small integers times an fp16 scale).
+with the bits of 2**7 (even) or 2**11 (odd) makes the float ``2**e + q`` exactly. One row: the FMA
+``part += (2**e + q) * x`` needs no per-weight scaling of x, and the ``2**e * x`` and ``z * x`` sums are
+taken off once per group chunk from per-plane sums of x. Several rows: ``(q - z) * s`` is one FMA
+with the per-column constant ``-(2**e + z) * s``.
 """
 
 from __future__ import annotations
@@ -47,18 +47,18 @@ if TYPE_CHECKING:
 TILE_N = TILE_K = 128
 """The tile of the repacked layout (equal to `w4a16.TILE_N` / `TILE_K`; this module does not import
 the front module, which imports it lazily, and a test checks they agree)."""
-ONE_BITS = 0x3F800000  # bits of float32 1.0, passed at run time: held in a register, the and-or is one LOP3 on sm_90
+E7_BITS = 0x43000000  # bits of float32 128.0 (2**7), passed at run time: held in a register, the and-or is one LOP3 on sm_90
 WS_ROWS = 64
 """Rows of the persistent float32 split-K workspace per N (at least `STREAM_MAX_M`; a forced stream
 route over more rows runs in chunks of this many)."""
 
 
 @triton.jit
-def _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, J: tl.constexpr):
-    """``1 + q * 2**-7`` (J even) or ``1 + q * 2**-11`` (J odd) for nibble J, exactly: one of five
-    shifted copies of the word holds the nibble at bits 16..19 or 12..15, and one and-or with the
-    bits of 1.0 puts it into the mantissa (``(1 + q * 2**-e) * x * 2**e`` keeps ``q * x`` to about
-    2**-13 of ``x``, the error of a float32 product of that size)."""
+def _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, J: tl.constexpr):
+    """``2**7 + q`` (J even) or ``2**11 + q`` (J odd) for nibble J, exactly: one of five shifted
+    copies of the word holds the nibble at bits 16..19 or 12..15, and one and-or with the bits of
+    2**7 (2**11 = those bits + 2**25) puts it into the low mantissa of that power of two. Times x,
+    ``(2**e + q) * x`` keeps ``q * x`` to about 2**-13 of ``x`` (a float32 product of that size)."""
     if J == 0:
         src = w_l16
     elif J < 3:
@@ -70,9 +70,9 @@ def _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, J: tl.constexpr):
     else:
         src = w_r16
     if J % 2 == 0:
-        bits = (src & 0xF0000) | one_bits
+        bits = (src & 0xF0000) | e7_bits
     else:
-        bits = (src & 0xF000) | one_bits
+        bits = (src & 0xF000) | (e7_bits + 0x2000000)
     return bits.to(tl.float32, bitcast=True)
 
 
@@ -155,32 +155,29 @@ def _x_tile(x_ptr, perm_ptr, rows, offs_m, m_mask, stride_xm, K, HAS_PERM: tl.co
 
 
 @triton.jit
-def _plane_w(packed, w_l16, w_l8, w_r8, w_r16, one_bits, s, z, J: tl.constexpr):
-    """Dequantized weights ``(q - z) * s`` of nibble plane J as one FMA on the biased nibble."""
-    nib = _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, J)
+def _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s, z, J: tl.constexpr):
+    """Dequantized weights ``(q - z) * s`` of nibble plane J: one FMA on ``2**e + q`` with the
+    per-column constant ``-(2**e + z) * s``."""
+    nib = _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, J)
     if J % 2 == 0:
-        se = s * 128.0
+        c = (z + 128.0) * s
     else:
-        se = s * 2048.0
-    return nib * se - (se + z * s)
+        c = (z + 2048.0) * s
+    return nib * s - c
 
 
 @triton.jit
-def _m1_plane(x_ptr, perm_ptr, packed, w_l16, w_l8, w_r8, w_r16, one_bits, k0, offs_r, K, J: tl.constexpr,
+def _m1_plane(x_ptr, perm_ptr, packed, w_l16, w_l8, w_r8, w_r16, e7_bits, k0, offs_r, K, J: tl.constexpr,
               HAS_PERM: tl.constexpr, EVEN_K: tl.constexpr):
-    """One row, nibble plane J of a tile: x (16 values), x * 2**e, and the biased products."""
+    """One row, nibble plane J of a tile: x (16 values) and the products ``(2**e + q) * x``."""
     xj = _x_vec(x_ptr, perm_ptr, k0 + J * 16 + offs_r, K, HAS_PERM, EVEN_K)
-    if J % 2 == 0:
-        xs = xj * 128.0
-    else:
-        xs = xj * 2048.0
-    return xj, xs, _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, one_bits, J) * xs[None, :]
+    return xj, _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, J) * xj[None, :]
 
 
 @triton.jit
 def _w4a16_stream_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
-    M, N, K, KT, NB, stride_xm, stride_om, n_units, one_bits,
+    M, N, K, KT, NB, stride_xm, stride_om, n_units, e7_bits,
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
@@ -230,17 +227,21 @@ def _w4a16_stream_kernel(
         if BLOCK_M == 1:
             for c in tl.static_range(CHUNKS):
                 part = tl.zeros([BLOCK_N, R], dtype=tl.float32)
-                xsum = tl.zeros([R], dtype=tl.float32)
-                ones = tl.zeros([R], dtype=tl.float32)
+                x_even = tl.zeros([R], dtype=tl.float32)
+                x_odd = tl.zeros([R], dtype=tl.float32)
                 for jj in tl.static_range(PLANES):
-                    xj, xs, contrib = _m1_plane(x_ptr, perm_ptr, cur, w_l16, w_l8, w_r8, w_r16, one_bits, k0, offs_r,
-                                                K, c * PLANES + jj, HAS_PERM, EVEN_K)
-                    xsum += xj
-                    ones += xs
+                    xj, contrib = _m1_plane(x_ptr, perm_ptr, cur, w_l16, w_l8, w_r8, w_r16, e7_bits, k0, offs_r,
+                                            K, c * PLANES + jj, HAS_PERM, EVEN_K)
+                    if (c * PLANES + jj) % 2 == 0:
+                        x_even += xj
+                    else:
+                        x_odd += xj
                     part += contrib
                 s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0 + c * PLANES * 16, K, GROUP_SIZE, EVEN_K), offs_n, N,
                                    EVEN_N, HAS_ZEROS, True)
-                acc2 += s * (part - (ones[None, :] + z * xsum[None, :]))
+                # part = sum (2**e + q) x; take off the 2**e x terms and z x, then scale
+                bias_x = (x_even * 128.0 + x_odd * 2048.0)[None, :]
+                acc2 += s * (part - (bias_x + z * (x_even + x_odd)[None, :]))
         else:
             s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
             if CHUNKS == 1:
@@ -255,14 +256,14 @@ def _w4a16_stream_kernel(
                 s6, z6 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 96, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
                 s7, z7 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 112, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
             dt = x_ptr.dtype.element_ty
-            w0 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s, z, 0).to(dt)
-            w1 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s1, z1, 1).to(dt)
-            w2 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s2, z2, 2).to(dt)
-            w3 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s3, z3, 3).to(dt)
-            w4 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s4, z4, 4).to(dt)
-            w5 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s5, z5, 5).to(dt)
-            w6 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s6, z6, 6).to(dt)
-            w7 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, one_bits, s7, z7, 7).to(dt)
+            w0 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s, z, 0).to(dt)
+            w1 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s1, z1, 1).to(dt)
+            w2 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s2, z2, 2).to(dt)
+            w3 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s3, z3, 3).to(dt)
+            w4 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s4, z4, 4).to(dt)
+            w5 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s5, z5, 5).to(dt)
+            w6 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s6, z6, 6).to(dt)
+            w7 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s7, z7, 7).to(dt)
             if JOIN:
                 # [BLOCK_N, R, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c
                 wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
@@ -318,7 +319,7 @@ def _w4a16_stream_kernel(
 
 @triton.jit
 def _w4a16_dequant_kernel(
-    qw_ptr, s_ptr, z_ptr, w_ptr, N, K, KT, one_bits,
+    qw_ptr, s_ptr, z_ptr, w_ptr, N, K, KT, e7_bits,
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_ZEROS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
 ):
@@ -341,7 +342,7 @@ def _w4a16_dequant_kernel(
         rows = kt * 128 + j * 16 + offs_r
         s, z = _scale_zero(s_ptr, z_ptr, _group_of(kt * 128 + (j // PLANES) * PLANES * 16, K, GROUP_SIZE, EVEN_K),
                            offs_n, N, EVEN_N, HAS_ZEROS)
-        w = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, one_bits, s, z, j)
+        w = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s, z, j)
         if EVEN_K and EVEN_N:
             tl.store(dst + rows[None, :], w.to(w_ptr.dtype.element_ty))
         else:
@@ -379,7 +380,8 @@ STREAM_CONFIGS["default"] = STREAM_CONFIGS["hopper"]
 _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 DEQUANT_CONFIG = {"num_warps": 4}
 """One 128 x 128 tile per program: 8 KB read, 32 KB (fp16) written in 32-byte runs."""
-_LAUNCH_KEYS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
+_LAUNCH_KEYS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack", "maxnreg")
+_NVIDIA_KEYS = ("num_warps", "num_stages", "maxnreg")
 
 
 def _family(arch: str) -> str:
@@ -401,7 +403,8 @@ def launch_options(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
     """Compiler options of a config: the AMD knobs only where the target is AMD; one stage (the
     weight stream is prefetched by hand, and Triton's pipeliner must not add its own buffers)."""
     amd = arch.startswith("gfx")
-    opts = {k: cfg[k] for k in _LAUNCH_KEYS if k in cfg and (amd or k in ("num_warps", "num_stages"))}
+    opts = {k: cfg[k] for k in _LAUNCH_KEYS
+            if k in cfg and ((amd and k != "maxnreg") or (not amd and k in _NVIDIA_KEYS))}
     opts.setdefault("num_stages", 1)
     return opts
 
@@ -493,7 +496,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     if m_blocks * block_m > WS_ROWS:
         raise ValueError(f"the stream kernel takes at most {WS_ROWS} rows")
     gs = _group_arg(w)
-    key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
+    key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
            bias is not None, k % TILE_K == 0, n % TILE_N == 0)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
@@ -501,7 +504,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     ck = _w4a16_stream_kernel[(grid, m_blocks)](
         x2, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
         w.perm if w.perm is not None else w.qweight, bias if bias is not None else w.scales, out, ws, cnt,
-        m, n, k, kt, nb, x2.stride(0), out.stride(0), n_units, ONE_BITS,
+        m, n, k, kt, nb, x2.stride(0), out.stride(0), n_units, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=TILE_N, HAS_ZEROS=w.zeros is not None,
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
@@ -521,7 +524,7 @@ def dequantize_dense(w: "W4A16Weight", dtype: torch.dtype, arch: Optional[str] =
     dense = torch.empty(n, k, dtype=dtype, device=w.qweight.device)
     gs = _group_arg(w)
     _w4a16_dequant_kernel[(w.k_tiles * w.n_blocks,)](
-        w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, dense, n, k, w.k_tiles, ONE_BITS,
+        w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, dense, n, k, w.k_tiles, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_N=TILE_N, HAS_ZEROS=w.zeros is not None,
         EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0, num_warps=DEQUANT_CONFIG["num_warps"] if arch != "cpu" else 1,
     )
@@ -546,7 +549,7 @@ def _stream_spec(rows: int, group: int, zeros: bool, perm: bool, archs: tuple[st
     sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "perm_ptr": "*i32",
            "bias_ptr": "*fp16", "out_ptr": "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
            "K": "i32", "KT": "i32", "NB": "i32", "stride_xm": "i32", "stride_om": "i32", "n_units": "i32",
-           "one_bits": "i32"}
+           "e7_bits": "i32"}
     names = ("GROUP_SIZE", "CHUNKS", "BLOCK_M", "BLOCK_N", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "EVEN_K", "EVEN_N")
     sig.update({c: "constexpr" for c in names})
     cfg0 = stream_config(archs[-1], rows)
@@ -567,7 +570,7 @@ def _stream_spec(rows: int, group: int, zeros: bool, perm: bool, archs: tuple[st
 
 def _dequant_spec(archs: tuple[str, ...]) -> CompileSpec:
     sig = {"qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "w_ptr": "*fp16", "N": "i32", "K": "i32",
-           "KT": "i32", "one_bits": "i32"}
+           "KT": "i32", "e7_bits": "i32"}
     sig.update({c: "constexpr" for c in ("GROUP_SIZE", "CHUNKS", "BLOCK_N", "HAS_ZEROS", "EVEN_K", "EVEN_N")})
     return CompileSpec(
         name="w4a16_dequant[g128,asym" + (",rdna3]" if archs == _RDNA3 else "]"),
