@@ -1,5 +1,8 @@
 """W4A16 matmul for GPTQ checkpoints: 4-bit weights, fp16/bf16 activations, fp32 accumulation.
 
+(A little over 400 lines: the GPTQ bit packing, the reference dequantization, the repacked layout
+and the dispatcher are this op's one front module, which imports no Triton.)
+
 Standard GPTQ tensors (as AutoGPTQ / GPT-QModel / transformers write them):
 
 - ``qweight`` int32 ``[K * bits / 32, N]``: the quantized values of column ``n`` packed along K,
