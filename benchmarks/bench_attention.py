@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from typing import Any, Callable
 
@@ -22,39 +21,17 @@ import torch
 import torch.nn.functional as F
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
+from optimum_amdx.benchmark.timing import device_ms, graph_ms
 
 
 def time_ms(fn: Callable[[], Any], reps: int = 30, warmup: int = 5) -> float:
     """Median milliseconds of `fn` over `reps` runs timed with device events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return device_ms(fn, reps=reps, warmup=warmup)
 
 
 def graph_time_ms(fn: Callable[[], Any], reps: int = 30, calls: int = 10) -> float:
     """Median milliseconds per call of `fn` captured `calls` times in one graph (no launch overhead)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return time_ms(graph.replay, reps=reps) / calls
-
-
+    return graph_ms([fn] * calls, reps=reps, warmup_calls=3)
 
 
 def decode_inputs(num_seqs: int, ctx: int, heads: int, kv_heads: int, head_dim: int, block_size: int = 16) -> dict:

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from bench_w4a16 import events_ms, graphed_ms
+from optimum_amdx.benchmark.timing import device_ms as events_ms, graph_ms as graphed_ms
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth
 from optimum_amdx.kernels.rmsnorm import rms_norm, rms_norm_reference
 from optimum_amdx.kernels.rotary import rotary_embedding_, rotary_embedding_reference

@@ -152,16 +152,11 @@ def bench_transformers(model, args, batch_prompts, batch_news, results: dict, sa
 
 
 def _replay_time(graph, n: int = 50) -> float:
-    """GPU time of one captured batch-1 decode step (replays the last step's inputs; the slot it
-    rewrites belongs to a finished sequence)."""
-    graph.graph.replay()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(n):
-        graph.graph.replay()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) / 1e3 / n
+    """GPU time in seconds of one captured batch-1 decode step (median of `n` replays of the last
+    step's inputs; the slot it rewrites belongs to a finished sequence)."""
+    from optimum_amdx.benchmark.timing import device_ms
+
+    return device_ms(graph.graph.replay, reps=n, warmup=1) / 1e3
 
 
 def _profile_replay(graph, n: int = 10) -> None:

@@ -1,4 +1,9 @@
-"""Device-synchronized clocks and a streamer that timestamps every generated token.
+"""GPU timing for every benchmark, device-synchronized clocks, and a token-timestamping streamer.
+
+Kernel timing (`device_ms`, `graph_ms`, `l2_cold_copies`): warm up, time with device events,
+report the median; `graph_ms` replays calls captured in one CUDA/HIP graph so launch overhead
+is gone, and benchmarks pass it calls over enough distinct copies of the data
+(`l2_cold_copies`) that each call reads from memory, not from a warm L2/Infinity Cache.
 
 On a GPU the clock records CUDA/HIP events on the current stream, so intervals are device time
 between two points of the stream, unaffected by host scheduling; reading them synchronizes once
@@ -12,8 +17,59 @@ splitting prefill from decode in a single `generate()` call.
 
 from __future__ import annotations
 
+import statistics
 import time
-from typing import Any
+from typing import Any, Callable, Sequence
+
+L2_DEFEAT_BYTES = 400 << 20
+"""Bytes of distinct data a graph of calls rotates through: several times any current GPU's
+L2 / Infinity Cache (H100 50 MB, H200 60 MB, MI300X 256 MB)."""
+
+
+def device_ms(fn: Callable[[], Any], reps: int = 25, warmup: int = 3) -> float:
+    """Median device-event milliseconds of one call of `fn` after `warmup` calls."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def graph_ms(calls: Sequence[Callable[[], Any]], reps: int = 20, warmup_calls: int = 2) -> float:
+    """Median milliseconds per call when all `calls` are replayed from one captured graph.
+
+    The first `warmup_calls` calls run once on a side stream first (compilation, lazy workspaces).
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for c in calls[:warmup_calls]:
+            c()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for c in calls:
+            c()
+    ms = device_ms(graph.replay, reps=reps) / len(calls)
+    del graph
+    return ms
+
+
+def l2_cold_copies(nbytes_per_call: int, budget: int = L2_DEFEAT_BYTES) -> int:
+    """How many distinct copies of a call's data a graph should rotate through (at least 2)."""
+    return max(2, budget // max(1, nbytes_per_call))
 
 
 class Clock:

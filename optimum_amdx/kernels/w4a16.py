@@ -1,5 +1,8 @@
 """W4A16 matmul for GPTQ checkpoints: 4-bit weights, fp16/bf16 activations, fp32 accumulation.
 
+(A little over 400 lines: the GPTQ bit packing, the reference dequantization, the repacked layout
+and the dispatcher are this op's one front module, which imports no Triton.)
+
 Standard GPTQ tensors (as AutoGPTQ / GPT-QModel / transformers write them):
 
 - ``qweight`` int32 ``[K * bits / 32, N]``: the quantized values of column ``n`` packed along K,
@@ -34,16 +37,20 @@ __all__ = [
     "pack_gptq_int32",
     "dequantize_gptq",
     "prepare_gptq_weight",
+    "concat_weights",
+    "tile_pack",
     "w4a16_matmul",
     "w4a16_matmul_reference",
+    "choose_route",
+    "STREAM_MAX_M",
 ]
 
 SUPPORTED_BITS = (2, 3, 4, 8)
 CHECKPOINT_FORMATS = ("gptq", "gptq_v2")
-GEMV_MAX_M = 16
-"""Rows of activations up to which the bandwidth-bound GEMV path runs (decode)."""
-KW_ALIGN = 16
-"""Packed K words per column are padded to a multiple of this (64 bytes; see `W4A16Weight`)."""
+TILE_N = 128
+"""Columns per tile of the repacked layout (see `W4A16Weight`)."""
+TILE_K = 128
+"""Input rows per tile of the repacked layout: 16 int32 words per column, 8 nibble planes of 16 rows."""
 
 
 def _check_bits(bits: int) -> None:
@@ -167,25 +174,29 @@ def dequantize_gptq(
 class W4A16Weight:
     """A GPTQ linear weight repacked once for the W4A16 kernels.
 
-    Repacked layout (4 bit, ``kernel_ready=True``):
+    Repacked layout (4 bit, ``kernel_ready=True``), "tile-major": the weight is cut into tiles of
+    ``TILE_N`` columns x ``TILE_K`` input rows; tile ``(nb, kt)`` (column block ``nb``, K tile
+    ``kt``) is one contiguous run of ``TILE_N * 16`` int32 words at word offset
+    ``(nb * KT + kt) * TILE_N * 16``, tiles of one column block back to back along K. Inside a
+    tile, column ``c`` owns 16 consecutive words (64 bytes), and nibble ``j`` (bits ``4j..4j+3``)
+    of word ``r`` is input row ``kt * 128 + j * 16 + r`` ("plane" j holds 16 consecutive rows).
+    So a program that walks the K tiles of a column block streams one contiguous run, a warp's
+    16-byte loads cover 512 contiguous bytes, and the activations a nibble plane meets are 16
+    consecutive values (one vector load) instead of a stride-8 gather. N is padded to a multiple
+    of ``TILE_N`` and K to a multiple of ``TILE_K`` with zero words.
 
-    - ``qweight`` int32 ``[N, KW]``, "K-major per column": row ``n`` holds column ``n``'s packed
-      K words back to back (word ``r``, nibble ``j`` is input row ``8r + j``, the GPTQ packing along
-      K, so without act-order this is GPTQ's ``qweight`` transposed). ``KW = ceil(K / 8)`` rounded
-      up to a multiple of 16 words (zero padding): every row then starts 64-byte aligned, Triton
-      sees the row stride as a multiple of 16, and a program streams long contiguous runs of one
-      column with 16-byte loads and reduces along K mostly inside a thread. For act-order
-      checkpoints the rows are first sorted by group (stable sort of ``g_idx``) and repacked, so
-      every group is a contiguous run of ``group_size`` rows and a K tile needs one scale/zero
-      per column. ``perm`` (int32 ``[K]``) records the sort: sorted row ``k`` is original row
-      ``perm[k]``, so the kernels read activation column ``perm[k]``.
+    - ``qweight`` int32 ``[NB * KT * TILE_N, 16]`` in that order.
+    - For act-order checkpoints the rows are first sorted by group (stable sort of ``g_idx``), so
+      every group is a contiguous run of ``group_size`` rows; ``perm`` (int32 ``[K]``) records the
+      sort: sorted row ``k`` is original row ``perm[k]``, and the kernels read activation ``perm[k]``.
     - ``scales`` ``[n_groups, N]`` fp16, row ``g`` for sorted rows ``g*group_size ..``.
     - ``zeros`` ``[n_groups, N]`` fp16 holding the real zero point (v1's +1 applied), or None
       when every zero is ``2**(bits-1)`` (symmetric), so the kernel uses a constant.
     - ``group_size``: rows per group after sorting (``K`` for a single group).
 
     For 2/3/8 bit, a group size that is not a multiple of 16, or an act-order ``g_idx`` whose
-    groups are not equal runs once sorted, ``kernel_ready`` is False and ``raw`` keeps the original tensors for the reference path.
+    groups are not equal runs once sorted, ``kernel_ready`` is False and ``raw`` keeps the original
+    tensors for the reference path.
     """
 
     qweight: Optional["torch.Tensor"]
@@ -199,6 +210,27 @@ class W4A16Weight:
     kernel_ready: bool
     raw: Optional[dict[str, Any]] = None
 
+    @property
+    def k_tiles(self) -> int:
+        """K tiles of ``TILE_K`` rows (the last one zero-padded)."""
+        return -(-self.in_features // TILE_K)
+
+    @property
+    def n_blocks(self) -> int:
+        """Column blocks of ``TILE_N`` columns (the last one zero-padded)."""
+        return -(-self.out_features // TILE_N)
+
+    def codes(self) -> "torch.Tensor":
+        """The int32 4-bit codes ``[K, N]`` in the SORTED row order (undoes the tile packing)."""
+        import torch
+
+        nb, kt = self.n_blocks, self.k_tiles
+        words = self.qweight.reshape(nb, kt, TILE_N, 16)
+        shifts = torch.arange(0, 32, 4, device=words.device, dtype=torch.int32)
+        q = (words.unsqueeze(-1) >> shifts) & 0xF  # [nb, kt, n, r, j]
+        q = q.permute(1, 4, 3, 0, 2).reshape(kt * TILE_K, nb * TILE_N)  # row kt*128 + j*16 + r
+        return q[: self.in_features, : self.out_features]
+
     def dequantize(self) -> "torch.Tensor":
         """The float32 ``[K, N]`` weight in the ORIGINAL row order (reference semantics)."""
         import torch
@@ -207,7 +239,7 @@ class W4A16Weight:
             r = self.raw
             return dequantize_gptq(r["qweight"], r["qzeros"], r["scales"], r["g_idx"], self.bits, r["checkpoint_format"])
         k = self.in_features
-        q = unpack_gptq_int32(self.qweight, 4, dim=1)[:, :k].t().float()
+        q = self.codes().float()
         g = torch.arange(k, device=q.device) // self.group_size
         zeros = self.zeros.float()[g] if self.zeros is not None else 8.0
         w_sorted = (q - zeros) * self.scales.float()[g]
@@ -220,6 +252,21 @@ class W4A16Weight:
     @property
     def device(self) -> "torch.device":
         return self.scales.device
+
+
+def tile_pack(q: "torch.Tensor") -> "torch.Tensor":
+    """Pack int32 4-bit codes ``[K, N]`` (sorted row order) into the tile-major `W4A16Weight` layout."""
+    import torch
+
+    k, n = q.shape
+    kt, nb = -(-k // TILE_K), -(-n // TILE_N)
+    padded = torch.zeros(kt * TILE_K, nb * TILE_N, dtype=torch.int32, device=q.device)
+    padded[:k, :n] = q
+    planes = padded.reshape(kt, 8, 16, nb, TILE_N)  # [kt, j, r, nb, n]: row kt*128 + j*16 + r
+    words = torch.zeros(kt, 16, nb, TILE_N, dtype=torch.int32, device=q.device)
+    for j in range(8):
+        words |= planes[:, j] << (4 * j)
+    return words.permute(2, 0, 3, 1).contiguous().reshape(nb * kt * TILE_N, 16)
 
 
 def prepare_gptq_weight(
@@ -253,22 +300,13 @@ def prepare_gptq_weight(
     g = g_idx.long()
     expected = torch.arange(k, device=g.device) // gs
     perm = None
-    q_packed = qweight
+    q = unpack_gptq_int32(qweight, 4, dim=0)[:k]
     if not torch.equal(g, expected):
         order = torch.sort(g, stable=True).indices
         if not torch.equal(g[order], expected):
             return W4A16Weight(None, scales, None, None, k, n, gs, bits, kernel_ready=False, raw=raw)
-        q = unpack_gptq_int32(qweight, 4, dim=0)[:k]
         q = q[order]
-        pad = (-k) % 8
-        if pad:
-            q = torch.cat([q, q.new_zeros(pad, n)])
-        q_packed = pack_gptq_int32(q, 4, dim=0)
         perm = order.to(torch.int32).contiguous()
-    k_words = -(-k // 8)
-    kw = -(-k_words // KW_ALIGN) * KW_ALIGN
-    col_major = torch.zeros(n, kw, dtype=torch.int32, device=qweight.device)
-    col_major[:, :k_words] = q_packed[:k_words].t()
     if -(-k // gs) != n_groups:
         raise InvalidArgumentError(
             f"scales has {n_groups} groups but K={k} with group_size={group_size} needs {-(-k // gs)}; "
@@ -279,13 +317,43 @@ def prepare_gptq_weight(
     if bool((zeros == 8).all()):
         zeros_t = None
     return W4A16Weight(
-        qweight=col_major,
+        qweight=tile_pack(q),
         scales=scales.to(torch.float16).contiguous(),
         zeros=zeros_t,
         perm=perm,
         in_features=k,
         out_features=n,
         group_size=gs,
+        bits=4,
+        kernel_ready=True,
+    )
+
+
+def concat_weights(parts: list[W4A16Weight]) -> Optional[W4A16Weight]:
+    """One weight whose columns are `parts`' columns side by side (q/k/v or gate/up of one layer),
+    so the layer runs one matmul instead of several; None when they cannot share one launch
+    (different K, group size, act-order permutation, zero handling, or a part not kernel-ready)."""
+    import torch
+
+    first = parts[0]
+    for p in parts:
+        if not p.kernel_ready or p.in_features != first.in_features or p.group_size != first.group_size:
+            return None
+        if (p.perm is None) != (first.perm is None) or (p.perm is not None and not torch.equal(p.perm, first.perm)):
+            return None
+    codes = torch.cat([p.codes() for p in parts], dim=1)
+    any_zeros = any(p.zeros is not None for p in parts)
+    zeros = None
+    if any_zeros:
+        zeros = torch.cat([p.zeros if p.zeros is not None else torch.full_like(p.scales, 8.0) for p in parts], dim=1)
+    return W4A16Weight(
+        qweight=tile_pack(codes),
+        scales=torch.cat([p.scales for p in parts], dim=1).contiguous(),
+        zeros=zeros,
+        perm=first.perm,
+        in_features=first.in_features,
+        out_features=sum(p.out_features for p in parts),
+        group_size=first.group_size,
         bits=4,
         kernel_ready=True,
     )
@@ -310,17 +378,50 @@ def _check_x(x: "torch.Tensor", w: W4A16Weight) -> None:
         raise InvalidArgumentError(f"W4A16 activations must be float16 or bfloat16, got {x.dtype}.")
 
 
-def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None) -> "torch.Tensor":
+STREAM_MAX_M: dict[str, int] = {"default": 32, "cpu": 1 << 62}
+"""The dispatcher's one threshold, per arch family: up to this many rows the fused stream-K kernel
+runs (dequantizing in registers); from the next row on, dequantize once into a dense weight and
+call the BLAS matmul, which amortizes the dense write over many rows. H200, both routes in one run
+(benchmarks/RESULTS.md): at 32 rows the stream kernel is 1.4x faster on 4096x14336 (58 vs 81 us),
+at 48 rows dequant + BLAS is 1.2x faster (82 vs 96 us), at 255 rows 2.3x. AMD families use the
+same value until measured there. The interpreter never takes the dequant route on its own (it
+would test the BLAS, not our kernel)."""
+
+
+def choose_route(m: int, family: str) -> str:
+    """"stream" (fused kernel) or "dequant" (dense weight + BLAS) for `m` rows on an arch family."""
+    return "stream" if m <= STREAM_MAX_M.get(family, STREAM_MAX_M["default"]) else "dequant"
+
+
+def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None,
+                 route: Optional[str] = None, config: Optional[dict[str, Any]] = None) -> "torch.Tensor":
     """``x [..., K] @ W [K, N] (+ bias)`` for a prepared GPTQ weight, output ``[..., N]`` in x's dtype.
 
-    Runs the Triton kernels (GEMV path for up to 16 rows, tiled GEMM above) when
-    `use_triton(x)` holds and the weight is 4 bit; otherwise the float32 reference.
+    Runs the Triton kernels (see `choose_route`) when `use_triton(x)` holds and the weight is
+    4 bit; otherwise the float32 reference. `route` / `config` override the choice (benchmarks, tests).
     """
+    import torch
+
     _check_x(x, w)
     if not (w.kernel_ready and use_triton(x, w.qweight)):
         return w4a16_matmul_reference(x, w, bias)
-    from ._w4a16_triton import w4a16_triton
+    from . import _w4a16_triton as kt
+    from .runtime import arch_family, device_arch, interpret_mode
 
-    return w4a16_triton(x, w, bias)
-
-
+    k, n = w.in_features, w.out_features
+    x2 = x.reshape(-1, k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
+    route = route or choose_route(m, arch_family(arch))
+    if route == "dequant":
+        out = kt.dequant_matmul(x2, w, bias, arch)
+    elif route == "stream":
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        for m0 in range(0, m, kt.WS_ROWS):  # more rows than the workspace holds: only when forced
+            rows = slice(m0, min(m, m0 + kt.WS_ROWS))
+            kt.stream_matmul(x2[rows], w, bias, out[rows], arch, config)
+    else:
+        raise InvalidArgumentError(f"route={route!r} is unknown; expected 'stream' or 'dequant'.")
+    return out.reshape(*x.shape[:-1], n)

@@ -5,7 +5,8 @@ goes through `unified_attention`, which serves prefill chunks and decode tokens 
 Supported families: Llama, Mistral and Qwen2 (grouped-query attention; Qwen2 has q/k/v biases).
 Where q/k/v (and gate/up) are plain `nn.Linear`, their weights are concatenated into one matrix
 so a layer runs 4 matmuls instead of 7; the transformers modules are re-pointed at views of the
-fused matrix, so no weight memory is duplicated and the original model keeps working.
+fused matrix, so no weight memory is duplicated and the original model keeps working. GPTQ
+linears with matching group layout are fused the same way into one W4A16 weight.
 
 The decode step is trimmed toward its memory floor (benchmarks/RESULTS.md, decode section):
 rotary and the paged K/V write are one kernel, SiLU(gate) * up is one pass, decode attention splits
@@ -77,18 +78,58 @@ def _fuse_linears(linears: list[nn.Module]) -> tuple[torch.Tensor, torch.Tensor 
     return weight, bias
 
 
+def _fuse_quantized(linears: list[nn.Module]):
+    """One W4A16 weight (and bias) for GPTQ linears of the same input whose group layout matches
+    (q/k/v, gate/up): their codes side by side along N, so the layer launches one matmul as an
+    fp16 one does. None when any module is not a 4-bit GPTQ linear ready for the kernel, or their
+    K, group size or act-order permutation differ. The modules' own repacked copies are dropped
+    (they rebuild on demand), so the fused weight costs no extra memory at steady state."""
+    from ..kernels.w4a16 import concat_weights
+
+    if len(linears) < 2 or not all(callable(getattr(m, "kernel_weight", None)) for m in linears):
+        return None
+    with torch.no_grad():
+        fused = concat_weights([m.kernel_weight() for m in linears])
+        if fused is None:
+            return None
+        biases = [getattr(m, "bias", None) for m in linears]
+        bias = None
+        if any(b is not None for b in biases):
+            dtype = next(b.dtype for b in biases if b is not None)
+            bias = torch.cat([b.to(dtype) if b is not None else torch.zeros(m.out_features, dtype=dtype,
+                                                                             device=fused.device)
+                              for b, m in zip(biases, linears)])
+    for m in linears:
+        m.invalidate()
+    return fused, bias
+
+
 class _Projection:
-    """Several output projections of the same input, as one matmul when they could be fused."""
+    """Several output projections of the same input, as one matmul when they could be fused
+    (plain nn.Linear weights concatenated, or GPTQ linears through one fused W4A16 weight)."""
 
     def __init__(self, linears: list[nn.Module]) -> None:
         self.modules = linears
         self.sizes = [m.out_features for m in linears]
         fused = _fuse_linears(linears)
         self.weight, self.bias = fused if fused is not None else (None, None)
+        self.qweight, self.qbias = (None, None) if fused is not None else (_fuse_quantized(linears) or (None, None))
 
-    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+    def fused_output(self, x: torch.Tensor, linear=torch.nn.functional.linear) -> torch.Tensor | None:
+        """All projections' outputs side by side from one matmul (`linear` for a plain fused matrix, the
+        W4A16 kernel for a fused GPTQ weight), or None when the projections are not fused."""
         if self.weight is not None:
-            return list(torch.nn.functional.linear(x, self.weight, self.bias).split(self.sizes, dim=-1))
+            return linear(x, self.weight, self.bias)
+        if self.qweight is not None and x.dtype in (torch.float16, torch.bfloat16):
+            from ..kernels.w4a16 import w4a16_matmul
+
+            return w4a16_matmul(x, self.qweight, self.qbias)
+        return None
+
+    def __call__(self, x: torch.Tensor, linear=torch.nn.functional.linear) -> list[torch.Tensor]:
+        out = self.fused_output(x, linear)
+        if out is not None:
+            return list(out.split(self.sizes, dim=-1))
         return [m(x) for m in self.modules]
 
 
@@ -224,13 +265,11 @@ class PagedDecoder:
 
     @staticmethod
     def _dense(proj: _Projection) -> bool:
-        """Whether the projection is one fused plain floating-point matrix (quantized ones run their own modules)."""
+        """Whether the projection is one fused plain floating-point matrix (the fused-norm GEMM needs one)."""
         return isinstance(proj.weight, torch.Tensor) and proj.weight.is_floating_point()
 
     def _project(self, proj: _Projection, x: torch.Tensor, linear) -> list[torch.Tensor]:
-        if self._dense(proj):
-            return list(linear(x, proj.weight, proj.bias).split(proj.sizes, dim=-1))
-        return proj(x)
+        return proj(x, linear if self._dense(proj) else torch.nn.functional.linear)
 
     @staticmethod
     def _apply(module: nn.Module, x: torch.Tensor, linear) -> torch.Tensor:
@@ -240,8 +279,10 @@ class PagedDecoder:
 
     def _mlp(self, layer: _Layer, x: torch.Tensor, linear) -> torch.Tensor:
         proj = layer.gate_up
-        if self.fusions.silu_mul and layer.act_is_silu and self._dense(proj):
-            return self._down(layer, linear(x, proj.weight, proj.bias), linear)
+        if self.fusions.silu_mul and layer.act_is_silu:  # one pass of SiLU(gate) * up over the fused output
+            fused = proj.fused_output(x, linear)
+            if fused is not None:
+                return self._down(layer, fused, linear)
         gate, up = self._project(proj, x, linear)
         return self._apply(layer.down_proj, layer.act(gate) * up, linear)
 

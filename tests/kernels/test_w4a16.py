@@ -126,6 +126,7 @@ CASES = [
     (17, 200, 72, 64, False, True, "gptq", torch.float16),
     (40, 128, 100, 128, True, False, "gptq_v2", torch.bfloat16),
     (33, 96, 64, 32, True, True, "gptq", torch.bfloat16),
+    (70, 128, 40, 32, False, False, "gptq", torch.float16),  # more rows than the workspace: chunks
 ]
 
 
@@ -150,42 +151,56 @@ def test_w4a16_kernel_matches_reference(m, k, n, group, sym, act_order, fmt, dty
     torch.testing.assert_close(out.float(), ref.float(), rtol=0, atol=tol * scale)
 
 
-def test_repacked_layout_is_k_major_per_column():
-    """Without act-order the repacked words are GPTQ's qweight transposed, padded to 16 words per column."""
-    qweight, qzeros, scales, _, _ = quantize(200, 24, 4, -1, True, False, "gptq", seed=4)
+def test_repacked_layout_is_tile_major_with_nibble_planes():
+    """Tile (nb, kt) is one contiguous run of 128 x 16 words; nibble j of word r is row kt*128 + j*16 + r."""
+    from optimum_amdx.kernels import _w4a16_triton
+    from optimum_amdx.kernels.w4a16 import TILE_K, TILE_N
+
+    assert (_w4a16_triton.TILE_N, _w4a16_triton.TILE_K) == (TILE_N, TILE_K)
+    k, n = 200, 136
+    qweight, qzeros, scales, _, _ = quantize(k, n, 4, -1, True, False, "gptq", seed=4)
     w = prepare_gptq_weight(qweight, qzeros, scales, None, group_size=-1)
-    assert w.qweight.shape == (24, 32) and w.qweight.stride() == (32, 1)
-    assert torch.equal(w.qweight[:, :25], qweight.t())
-    assert int(w.qweight[:, 25:].abs().sum()) == 0
+    assert w.qweight.shape == (2 * 2 * 128, 16) and w.qweight.is_contiguous()  # 2 column blocks x 2 K tiles
+    codes = unpack_gptq_int32(qweight, 4, dim=0)
+    words = w.qweight.reshape(2, 2, 128, 16)
+    for kk, nn in ((0, 0), (17, 5), (130, 131), (199, 135), (127, 64)):
+        nb, c, kt = nn // 128, nn % 128, kk // 128
+        j, r = (kk % 128) // 16, kk % 16
+        assert (int(words[nb, kt, c, r]) >> (4 * j)) & 0xF == int(codes[kk, nn])
+    assert int(words[1, :, 8:].abs().sum()) == 0  # padded columns 136..255
+    assert torch.equal(w.codes(), codes)
 
 
-def test_split_k_workspace_is_left_clean_and_reused():
-    qweight, qzeros, scales, g_idx, _ = quantize(256, 64, 4, 32, False, False, "gptq", seed=11)
+def test_split_stream_workspace_is_left_clean_and_reused():
+    """Many programs per column block: partial sums meet in the workspace, which is left zeroed."""
+    qweight, qzeros, scales, g_idx, _ = quantize(512, 64, 4, 32, False, False, "gptq", seed=11)
     w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=32)
-    from optimum_amdx.kernels._w4a16_triton import _WORKSPACES, w4a16_triton
+    from optimum_amdx.kernels._w4a16_triton import _WORKSPACES
 
     g = torch.Generator().manual_seed(5)
-    for m in (1, 5, 1):
-        x = torch.randn(m, 256, generator=g).half().to(DEVICE)
-        out = w4a16_triton(x, w, config={"BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 1, "num_stages": 1})
-        torch.testing.assert_close(out.float(), w4a16_matmul_reference(x, w).float(), rtol=0, atol=0.05)
+    for m, programs in ((1, 3), (5, 4), (1, 2), (20, 3)):
+        x = torch.randn(m, 512, generator=g).half().to(DEVICE)
+        cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs}
+        out = w4a16_matmul(x, w, config=cfg)
+        ref = w4a16_matmul_reference(x, w).float()
+        torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-3 * ref.abs().max().item())
         ws, cnt = _WORKSPACES[(x.device, 64)]
         assert int(cnt.abs().sum()) == 0 and float(ws.abs().sum()) == 0.0
 
 
 @pytest.mark.parametrize("group", [16, 32])  # 16: scales per word in every route's tile
 @pytest.mark.parametrize("act_order", [False, True])
-@pytest.mark.parametrize("route", ["gemv", "gemm", "dequant"])
+@pytest.mark.parametrize("route", ["stream", "dequant"])
 def test_every_route_matches_reference(route, act_order, group):
-    from optimum_amdx.kernels._w4a16_triton import dequantize_dense, w4a16_triton
+    from optimum_amdx.kernels._w4a16_triton import dequantize_dense
 
-    m = 3 if route == "gemv" else 20
+    m = 3 if route == "stream" else 20
     qweight, qzeros, scales, g_idx, expected = quantize(160, 48, 4, group, False, act_order, "gptq", seed=21 + m)
     w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=group)
     x = torch.randn(m, 160, generator=torch.Generator().manual_seed(m)).half().to(DEVICE)
     bias = torch.randn(48, generator=torch.Generator().manual_seed(3)).half().to(DEVICE)
     exact = x.float() @ expected.to(DEVICE) + bias.float()
-    out = w4a16_triton(x, w, bias, route=route)
+    out = w4a16_matmul(x, w, bias, route=route)
     torch.testing.assert_close(out.float(), exact, rtol=0, atol=2e-2 * exact.abs().max().item())
     if route == "dequant":
         sorted_w = expected[w.perm.long().cpu()] if act_order else expected
@@ -208,19 +223,18 @@ GEMV_CASES = [
 
 
 @pytest.mark.parametrize("m,k,n,group,sym,act_order,fmt,dtype", GEMV_CASES)
-@pytest.mark.parametrize("atomic", [False, True])
-def test_gemv_every_m_and_reduction(m, k, n, group, sym, act_order, fmt, dtype, atomic):
-    """The GEMV route with split-K over several programs, reduced by the ticket or by fp32 atomics."""
-    from optimum_amdx.kernels._w4a16_triton import w4a16_triton
-
+@pytest.mark.parametrize("programs", [1, 3])
+def test_stream_every_m_and_split(m, k, n, group, sym, act_order, fmt, dtype, programs):
+    """The stream kernel for every small M, one program (direct stores) or several splitting the
+    tile stream (partial sums through the workspace and the ticket)."""
     qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=7 * m + k + n)
     w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), bits=4,
                             group_size=group, checkpoint_format=fmt)
     g = torch.Generator().manual_seed(m * 31 + k)
     x = torch.randn(m, k, generator=g).to(dtype).to(DEVICE)
-    bias = torch.randn(n, generator=g).to(dtype).to(DEVICE) if (m + int(atomic)) % 2 else None
-    cfg = {"BLOCK_N": 16, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 1, "num_stages": 1, "ATOMIC": atomic}
-    out = w4a16_triton(x, w, bias, config=cfg)
+    bias = torch.randn(n, generator=g).to(dtype).to(DEVICE) if (m + programs) % 2 else None
+    cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs}
+    out = w4a16_matmul(x, w, bias, config=cfg)
     exact = x.float() @ expected.to(DEVICE) + (bias.float() if bias is not None else 0)
     tol = 2e-2 if dtype == torch.float16 else 6e-2
     assert out.dtype == dtype and out.shape == (m, n)
@@ -231,29 +245,65 @@ def test_gemv_every_m_and_reduction(m, k, n, group, sym, act_order, fmt, dtype, 
 def test_gemv_m1_error_is_the_fp16_rounding_of_the_output(sym):
     """The M=1 loop keeps the nibble high in a float32 mantissa and takes the bias off once per word;
     that must cost no visible precision: the error stays at the fp16 rounding of the exact result."""
-    from optimum_amdx.kernels._w4a16_triton import w4a16_triton
-
     k, n = 2048, 64
     qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, 128, sym, False, "gptq", seed=12)
     w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=128)
     x = torch.randn(1, k, generator=torch.Generator().manual_seed(13)).half().to(DEVICE)
-    out = w4a16_triton(x, w, config={"BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 1, "num_stages": 1})
+    out = w4a16_matmul(x, w, config={"BLOCK_M": 1, "num_warps": 1, "programs": 1})
     exact = x.double() @ expected.double().to(DEVICE)
     rounding = (exact.half().double() - exact).abs().max().item()
     assert (out.double() - exact).abs().max().item() <= 1.5 * rounding + 1e-6 * exact.abs().max().item()
 
 
-def test_gemv_split_prefers_whole_tiles_per_program():
-    from optimum_amdx.kernels._w4a16_triton import _split, gemv_block_k
+def test_dispatch_and_grid_choices():
+    from optimum_amdx.kernels._w4a16_triton import _chunks, stream_config, stream_grid
+    from optimum_amdx.kernels.w4a16 import choose_route
 
-    cfg = {"programs_per_cu": 8}
-    cpu = torch.device("cpu")  # one "CU": the smallest split that reaches 8 programs
-    assert _split(32, 2, cfg, cpu) == (4, 8)
-    assert _split(43, 1, cfg, cpu) == (43, 1)  # prime K-tile count: one tile per program, no ragged tail
-    assert _split(5, 1, cfg, cpu) == (5, 1)
-    assert _split(10, 1, {"SPLIT_K": 3}, cpu) == (3, 4)
-    assert gemv_block_k(256, 128, 4096, 1) == 128 and gemv_block_k(256, 32, 4096, 1) == 32
-    assert gemv_block_k(256, 32, 4096, 16) == 128 and gemv_block_k(256, 4096, 4096, 1) == 256
+    assert choose_route(1, "hopper") == "stream" and choose_route(32, "cdna3") == "stream"
+    assert choose_route(33, "cdna3") == "dequant" and choose_route(4096, "cpu") == "stream"
+    assert stream_config("sm_90", 1)["BLOCK_M"] == 1 and stream_config("gfx942", 2)["BLOCK_M"] == 16
+    assert stream_config("gfx1100", 40)["BLOCK_M"] == 16 and stream_config("gfx90a", 200)["BLOCK_M"] == 64
+    assert stream_config("sm_90", 64)["BLOCK_M"] == 32
+    assert [_chunks(g) for g in (0, 128, 256, 64, 32, 16, 48)] == [1, 1, 1, 2, 4, 8, 8]
+    cpu = torch.device("cpu")  # one "CU"
+    assert stream_grid(10, 1, {"programs_per_cu": 4}, cpu) == 4
+    assert stream_grid(2, 1, {"programs_per_cu": 4}, cpu) == 2  # never more programs than tiles
+    assert stream_grid(10, 1, {"programs_per_cu": 4, "programs": 7}, cpu) == 7
+
+
+@pytest.mark.parametrize("sym", [True, False])
+def test_concat_weights_runs_parts_side_by_side(sym):
+    from optimum_amdx.kernels.w4a16 import concat_weights
+
+    parts, refs = [], []
+    for i, n in enumerate((72, 136, 40)):
+        qweight, qzeros, scales, g_idx, expected = quantize(256, n, 4, 64, sym and i != 1, True, "gptq", seed=40 + i)
+        if i:  # act-order parts of one layer share the permutation
+            g_idx = parts[0][3]
+            qweight, qzeros, scales, _, expected = quantize_with_g_idx(256, n, 64, sym and i != 1, g_idx, seed=40 + i)
+        parts.append((qweight, qzeros, scales, g_idx))
+        refs.append(expected)
+    ws = [prepare_gptq_weight(*(t.to(DEVICE) for t in p), group_size=64) for p in parts]
+    fused = concat_weights(ws)
+    assert fused is not None and fused.out_features == 248
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(2)).half().to(DEVICE)
+    exact = x.float() @ torch.cat(refs, dim=1).to(DEVICE)
+    torch.testing.assert_close(w4a16_matmul(x, fused).float(), exact, rtol=0, atol=2e-2 * exact.abs().max().item())
+    other = prepare_gptq_weight(*(t.to(DEVICE) for t in quantize(256, 32, 4, 128, True, False, "gptq", seed=3)[:4]),
+                                group_size=128)
+    assert concat_weights([ws[0], other]) is None  # different groups: no shared launch
+
+
+def quantize_with_g_idx(k: int, n: int, group: int, sym: bool, g_idx: torch.Tensor, seed: int):
+    """Like `quantize` but with a given act-order g_idx (the parts of one fused projection share it)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (k, n), generator=g)
+    n_groups = k // group
+    scales = (torch.rand(n_groups, n, generator=g) * 0.02 + 0.001).half()
+    zeros = torch.full((n_groups, n), 8, dtype=torch.int64) if sym else torch.randint(1, 16, (n_groups, n), generator=g)
+    expected = (q - zeros[g_idx.long()]).float() * scales.float()[g_idx.long()]
+    return (_pack_reference(q, 4, along_rows=True), _pack_reference(zeros - 1, 4, along_rows=False), scales, g_idx,
+            expected)
 
 
 def test_uneven_act_order_groups_fall_back_to_reference():
@@ -284,7 +334,7 @@ def test_errors_name_the_problem():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("m", [1, 4, 16, 64, 512])  # GEMV (split-K), GEMV dot, GEMM, dequant + BLAS
+@pytest.mark.parametrize("m", [1, 4, 16, 40, 64, 200, 512])  # stream M=1 / 16 / 64-row tiles, dequant + BLAS
 @pytest.mark.parametrize("act_order", [False, True])
 def test_full_size_on_gpu(m, act_order):
     k, n = 4096, 11008
@@ -294,3 +344,25 @@ def test_full_size_on_gpu(m, act_order):
     out = w4a16_matmul(x, w)
     exact = x.float() @ expected.cuda()
     torch.testing.assert_close(out.float(), exact, rtol=0, atol=2e-2 * exact.abs().max().item())
+
+
+def test_paged_projection_fuses_gptq_linears():
+    """q/k/v as GPTQ linears run as one W4A16 matmul in the paged engine, with the same result."""
+    from optimum_amdx.modeling.paged_model import _Projection
+    from optimum_amdx.quantization.quant_linear import QuantLinear
+
+    k, g = 256, 64
+    first = quantize(k, 128, 4, g, False, True, "gptq", seed=50)
+    mods = []
+    for i, n in enumerate((128, 64, 64)):
+        qweight, qzeros, scales, g_idx, _ = first if i == 0 else quantize_with_g_idx(k, n, g, True, first[3], seed=50 + i)
+        tensors = {"qweight": qweight, "qzeros": qzeros, "scales": scales, "g_idx": g_idx}
+        bias = torch.randn(n, generator=torch.Generator().manual_seed(i)).half() if i != 1 else None
+        mods.append(QuantLinear.from_packed({t: v.to(DEVICE) for t, v in tensors.items()}, k, n, 4, g,
+                                            bias=None if bias is None else bias.to(DEVICE)))
+    x = torch.randn(5, k, generator=torch.Generator().manual_seed(9)).half().to(DEVICE)
+    separate = [m(x) for m in mods]
+    proj = _Projection(mods)
+    assert proj.qweight is not None and proj.qweight.out_features == 256
+    for got, want in zip(proj(x), separate):
+        torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=2e-2 * want.abs().max().item())
