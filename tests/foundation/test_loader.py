@@ -166,6 +166,10 @@ def test_corrupt_config_json_is_our_error(tmp_path, tiny, capsys):
     (bad / "config.json").write_text('{"model_type": "llama", "hidden_size": 64,,}')
     with pytest.raises(ModelNotFoundError, match=r"config.json: it is not valid JSON \(line 1, column"):
         load_tokenizer(bad)
+    from optimum_amdx.distributed.ds_config import load_model_config
+
+    with pytest.raises(ModelNotFoundError, match="config.json: it is not valid JSON"):
+        load_model_config(bad)  # deepspeed-config reads the config through the same folder check
     (bad / "config.json").write_text("[1, 2]")
     with pytest.raises(ModelNotFoundError, match="config.json: it holds a JSON list, not an object"):
         load_causal_lm(bad, device="cpu")
