@@ -7,6 +7,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import UnsupportedModelError
+from .config import declares_gptq
 
 
 def check_causal_lm(model: Any) -> None:
@@ -17,6 +18,12 @@ def check_causal_lm(model: Any) -> None:
         raise UnsupportedModelError(
             f"GPTQ here quantizes decoder-only causal language models (XxxForCausalLM); got {name}. "
             "Load the model with AutoModelForCausalLM (encoders and encoder-decoders are not supported)."
+        )
+    qc = getattr(config, "quantization_config", None)
+    if qc is not None and declares_gptq({"quantization_config": qc if isinstance(qc, dict) else qc.to_dict()}):
+        raise UnsupportedModelError(
+            f"{getattr(config, '_name_or_path', '') or name} is already a GPTQ checkpoint; quantize the original "
+            "full-precision model instead."
         )
 
 

@@ -97,6 +97,12 @@ def test_gptq_folder_takes_one_route_for_every_entry_point(gptq_folder):
                 "--max-new-tokens", "2", "ab"]) == 0
 
 
+def test_quantizing_a_gptq_folder_is_refused_clearly(tmp_path, gptq_folder, capsys):
+    assert cli(["quantize", "rtn", "--model", str(gptq_folder), str(tmp_path / "again")]) == 2
+    assert "is already a GPTQ checkpoint; quantize the original full-precision model" in capsys.readouterr().err
+    assert not (tmp_path / "again").exists()
+
+
 def test_load_gptq_model_refuses_a_plain_folder(tiny):
     from optimum_amdx.quantization import load_gptq_model
 
