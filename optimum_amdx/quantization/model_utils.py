@@ -7,11 +7,10 @@ from typing import Any
 from torch import nn
 
 from ..errors import UnsupportedModelError
-from .config import declares_gptq
 
 
 def check_causal_lm(model: Any) -> None:
-    """Raise `UnsupportedModelError` unless `model` is a decoder-only causal LM."""
+    """Raise `UnsupportedModelError` unless `model` is a decoder-only causal LM not quantized yet (no QuantLinear)."""
     config = getattr(model, "config", None)
     name = type(model).__name__
     if config is None or getattr(config, "is_encoder_decoder", False) or not name.endswith("ForCausalLM"):
@@ -19,8 +18,9 @@ def check_causal_lm(model: Any) -> None:
             f"GPTQ here quantizes decoder-only causal language models (XxxForCausalLM); got {name}. "
             "Load the model with AutoModelForCausalLM (encoders and encoder-decoders are not supported)."
         )
-    qc = getattr(config, "quantization_config", None)
-    if qc is not None and declares_gptq({"quantization_config": qc if isinstance(qc, dict) else qc.to_dict()}):
+    from .quant_linear import QuantLinear
+
+    if any(isinstance(m, QuantLinear) for m in model.modules()):
         raise UnsupportedModelError(
             f"{getattr(config, '_name_or_path', '') or name} is already a GPTQ checkpoint; quantize the original "
             "full-precision model instead."
