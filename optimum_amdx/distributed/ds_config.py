@@ -83,16 +83,10 @@ def load_model_config(model: Any):
             raise InvalidArgumentError(f"{path} has no 'model_type'; give a transformers config.json.")
         params = dict(data)
         return AutoConfig.for_model(params.pop("model_type"), **params)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelNotFoundError(f"Model folder {path} has no config.json.")
-        return AutoConfig.from_pretrained(str(path))
-    from ..models import bundled
+    from ..models import bundled, open_model
 
-    if bundled.bundled_key(text) is not None:
-        from ..models import resolve_model
-
-        return AutoConfig.from_pretrained(str(resolve_model(text)))
+    if path.is_dir() or bundled.bundled_key(text) is not None:  # config only: no weights are read, pickle or not
+        return AutoConfig.from_pretrained(open_model(text, allow_pickle=True).path)
     try:
         return AutoConfig.from_pretrained(text)
     except Exception as err:  # hub errors come in many classes; all mean "not found from here"

@@ -44,16 +44,6 @@ def tp_device():
     return torch.device("cuda", local_rank)
 
 
-def _dtype(name: str):
-    import torch
-
-    table = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float32": torch.float32, "fp32": torch.float32}
-    if name not in table:
-        raise InvalidArgumentError(f"dtype {name!r}: expected one of {', '.join(table)}.")
-    return table[name]
-
-
 def _sync(device) -> None:
     import torch
 
@@ -62,22 +52,30 @@ def _sync(device) -> None:
 
 
 def load_model(model_dir: str | Path, backend: str, dtype: str):
-    """Load `model_dir` on this rank: sharded by `backend` when WORLD_SIZE > 1, whole otherwise."""
+    """Load `model_dir` on this rank: sharded by `backend` when WORLD_SIZE > 1, whole otherwise.
+
+    The name is resolved and checked by the package's loader (`optimum_amdx.models`: bundled name,
+    folder or Hub id; config.json and safetensors framing checked; pickle weights refused); a whole
+    model is loaded by it, a sharded one by transformers / DeepSpeed from the same folder, safetensors only.
+    """
     from transformers import AutoModelForCausalLM
+
+    from ..models import load_causal_lm, open_model, parse_dtype
 
     if backend not in BACKENDS:
         raise InvalidArgumentError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}.")
     _, _, size = world()
-    torch_dtype = _dtype(dtype)
     device = tp_device()
+    torch_dtype = parse_dtype(dtype, device.type)
+    folder = open_model(model_dir)
     if size == 1 or backend == "none":
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype).to(device)
-        return model.eval(), device
+        return load_causal_lm(folder, dtype=torch_dtype, device=str(device)), device
+    folder.check_weights()
     if backend == "transformers":
         from transformers.distributed import DistributedConfig
 
         model = AutoModelForCausalLM.from_pretrained(
-            str(model_dir), dtype=torch_dtype, distributed_config=DistributedConfig(tp_plan="auto")
+            folder.path, dtype=torch_dtype, use_safetensors=True, distributed_config=DistributedConfig(tp_plan="auto")
         )
         return model.eval(), device
     import deepspeed
@@ -85,7 +83,7 @@ def load_model(model_dir: str | Path, backend: str, dtype: str):
 
     if not dist.is_initialized():
         deepspeed.init_distributed(dist_backend="gloo" if device.type == "cpu" else "nccl")
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
+    model = AutoModelForCausalLM.from_pretrained(folder.path, dtype=torch_dtype, use_safetensors=True)
     engine = deepspeed.init_inference(model, tensor_parallel={"tp_size": size}, dtype=torch_dtype,
                                       replace_with_kernel_inject=False)
     return engine.module.eval(), device

@@ -10,13 +10,20 @@ from ..errors import UnsupportedModelError
 
 
 def check_causal_lm(model: Any) -> None:
-    """Raise `UnsupportedModelError` unless `model` is a decoder-only causal LM."""
+    """Raise `UnsupportedModelError` unless `model` is a decoder-only causal LM not quantized yet (no QuantLinear)."""
     config = getattr(model, "config", None)
     name = type(model).__name__
     if config is None or getattr(config, "is_encoder_decoder", False) or not name.endswith("ForCausalLM"):
         raise UnsupportedModelError(
             f"GPTQ here quantizes decoder-only causal language models (XxxForCausalLM); got {name}. "
             "Load the model with AutoModelForCausalLM (encoders and encoder-decoders are not supported)."
+        )
+    from .quant_linear import QuantLinear
+
+    if any(isinstance(m, QuantLinear) for m in model.modules()):
+        raise UnsupportedModelError(
+            f"{getattr(config, '_name_or_path', '') or name} is already a GPTQ checkpoint; quantize the original "
+            "full-precision model instead."
         )
 
 

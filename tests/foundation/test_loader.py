@@ -97,6 +97,12 @@ def test_gptq_folder_takes_one_route_for_every_entry_point(gptq_folder):
                 "--max-new-tokens", "2", "ab"]) == 0
 
 
+def test_quantizing_a_gptq_folder_is_refused_clearly(tmp_path, gptq_folder, capsys):
+    assert cli(["quantize", "rtn", "--model", str(gptq_folder), str(tmp_path / "again")]) == 2
+    assert "is already a GPTQ checkpoint; quantize the original full-precision model" in capsys.readouterr().err
+    assert not (tmp_path / "again").exists()
+
+
 def test_load_gptq_model_refuses_a_plain_folder(tiny):
     from optimum_amdx.quantization import load_gptq_model
 
@@ -166,6 +172,10 @@ def test_corrupt_config_json_is_our_error(tmp_path, tiny, capsys):
     (bad / "config.json").write_text('{"model_type": "llama", "hidden_size": 64,,}')
     with pytest.raises(ModelNotFoundError, match=r"config.json: it is not valid JSON \(line 1, column"):
         load_tokenizer(bad)
+    from optimum_amdx.distributed.ds_config import load_model_config
+
+    with pytest.raises(ModelNotFoundError, match="config.json: it is not valid JSON"):
+        load_model_config(bad)  # deepspeed-config reads the config through the same folder check
     (bad / "config.json").write_text("[1, 2]")
     with pytest.raises(ModelNotFoundError, match="config.json: it holds a JSON list, not an object"):
         load_causal_lm(bad, device="cpu")
