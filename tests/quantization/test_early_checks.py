@@ -117,3 +117,21 @@ def test_long_cpu_runs_are_announced_with_a_cheaper_setting():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert cpu_cost_warning(model, 2, 32) is None  # a small run: no warning, nothing measured
+
+
+def test_python_overwrite_never_removes_a_users_files(tokenizer, tmp_path):
+    from optimum_amdx.errors import OutputExistsError
+
+    model = make_llama()
+    quantizer = GPTQQuantizer(GPTQConfig(), method="rtn", verbose=False)
+    quantizer.quantize(model, tokenizer)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('mine')")
+    with pytest.raises(OutputExistsError, match="not written by optimum-amdx.*train.py"):
+        quantizer.save_pretrained(model, project, tokenizer, overwrite=True)
+    assert [p.name for p in project.iterdir()] == ["train.py"]
+    first = quantizer.save_pretrained(model, tmp_path / "q", tokenizer)
+    again = quantizer.save_pretrained(model, tmp_path / "q", tokenizer, overwrite=True)  # our own output: replaced
+    assert first == again and (again / "model.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["project", "q"]
