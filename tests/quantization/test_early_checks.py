@@ -22,11 +22,10 @@ def no_model_load(monkeypatch):
     """Fail the test if a command gets as far as loading model weights."""
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the bad input was noticed")
-    monkeypatch.setattr(models, "load_causal_lm", refuse)
-    import optimum_amdx.quantization.checkpoint as checkpoint
-    monkeypatch.setattr(checkpoint, "load_gptq_model", refuse)
     import optimum_amdx.quantization as quantization
-    monkeypatch.setattr(quantization, "load_gptq_model", refuse, raising=False)
+
+    for module, name in [(models, "load_causal_lm"), (models, "load_model"), (quantization, "load_gptq_model")]:
+        monkeypatch.setattr(module, name, refuse, raising=False)
 
 
 def _run(capsys, *argv):
