@@ -134,3 +134,42 @@ def test_python_overwrite_never_removes_a_users_files(tokenizer, tmp_path):
     again = quantizer.save_pretrained(model, tmp_path / "q", tokenizer, overwrite=True)  # our own output: replaced
     assert first == again and (again / "model.safetensors").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["project", "q"]
+
+
+def test_sigterm_while_quantize_writes_leaves_nothing(tmp_path, tiny_dir):
+    """A real `optimum-amdx quantize rtn` process gets SIGTERM while it writes its shards."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    script = textwrap.dedent("""
+        import sys, time
+        import safetensors.torch as st
+        real = st.save_file
+        def slow_save(*args, **kwargs):
+            real(*args, **kwargs)
+            print("writing", flush=True)
+            time.sleep(60)
+        st.save_file = slow_save
+        from optimum_amdx.cli.main import main
+        sys.exit(main(sys.argv[1:]))
+    """)
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "work" / "q"
+    out.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", script, "quantize", "rtn", "--model", str(tiny_dir), str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stdout:  # the RTN summary comes first
+        if line.strip() == "writing":
+            break
+    else:
+        raise AssertionError(proc.stderr.read())
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=120)
+    assert code in (130, 143), proc.stderr.read()
+    assert "Traceback" not in proc.stderr.read()
+    assert list(out.parent.iterdir()) == []  # neither the output nor a hidden .q.tmp-* folder
