@@ -173,3 +173,28 @@ def test_sigterm_while_quantize_writes_leaves_nothing(tmp_path, tiny_dir):
     assert code in (130, 143), proc.stderr.read()
     assert "Traceback" not in proc.stderr.read()
     assert list(out.parent.iterdir()) == []  # neither the output nor a hidden .q.tmp-* folder
+
+
+def test_readme_quantize_steps_run_in_order():
+    """Every README step that writes a quantized folder either writes a new one or passes --overwrite /
+    overwrite=True for one an earlier step wrote (the snippet used to fail after 98 s on an existing folder)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    written: set[str] = set()
+    steps = 0
+    for line in readme.splitlines():
+        line = line.split("#")[0].strip()
+        cli = re.match(r"optimum-amdx quantize (gptq|rtn) (.*)", line)
+        py = re.search(r"save_pretrained\(model, \"([^\"]+)\"(.*)\)", line)
+        if cli:
+            folder, again_ok = cli.group(2).split()[-1].rstrip("/"), "--overwrite" in cli.group(2)
+        elif py:
+            folder, again_ok = py.group(1).rstrip("/"), "overwrite=True" in py.group(2)
+        else:
+            continue
+        steps += 1
+        assert folder not in written or again_ok, f"README step writes {folder!r} again without overwrite: {line}"
+        written.add(folder)
+    assert steps >= 4
