@@ -214,8 +214,9 @@ class _Terminated(SystemExit):
 def _terminate_raises() -> Iterator[None]:
     """While open (main thread only), SIGTERM/SIGHUP raise in the main thread so cleanup code runs.
 
-    A Python handler installed before (e.g. the CLI's) is called instead of ours; an ignored signal
-    stays ignored. The previous handlers come back on exit.
+    A Python handler installed before (e.g. the CLI's, which turns SIGTERM into Ctrl-C) keeps deciding:
+    whatever it raises cleans up the output, and if it returns the write goes on. An ignored signal stays
+    ignored. The previous handlers come back on exit.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -226,6 +227,7 @@ def _terminate_raises() -> Iterator[None]:
         before = previous.get(signum)
         if callable(before):
             before(signum, frame)
+            return
         raise _Terminated(128 + signum)
 
     try:

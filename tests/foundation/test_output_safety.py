@@ -212,3 +212,29 @@ def test_cli_quantize_overwrite_of_cwd_keeps_the_project(tmp_path, monkeypatch):
     assert sorted(p.name for p in project.iterdir()) == ["train.py"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["myproject"]
     json.dumps(result.stderr)  # plain text
+
+
+def test_sigterm_goes_through_an_earlier_python_handler(tmp_path):
+    """The CLI routes SIGTERM like Ctrl-C: its handler decides, and what it raises still cleans up."""
+    script = textwrap.dedent("""
+        import signal, sys, time
+        from optimum_amdx.io import atomic_output_dir
+        def as_ctrl_c(signum, frame):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, as_ctrl_c)
+        try:
+            with atomic_output_dir(sys.argv[1]) as tmp:
+                (tmp / "part.bin").write_bytes(b"0")
+                print("writing", flush=True)
+                time.sleep(60)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(130)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "out")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "writing"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130 and proc.stdout.read().strip() == "interrupted"
+    assert list(tmp_path.iterdir()) == []

@@ -95,10 +95,18 @@ def test_existing_output_folder_is_kept(tmp_path, tiny_bert_cls_dir, folder_snap
     assert folder_snapshot(tmp_path) == before
 
 
-def test_overwrite_replaces_folder(tmp_path, tiny_bert_cls_dir):
+def test_overwrite_replaces_our_earlier_output_only(tmp_path, tiny_bert_cls_dir):
+    from optimum_amdx.io import atomic_output_dir
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("user data")
+    with pytest.raises(OutputExistsError, match="not written by optimum-amdx"):
+        export_model(tiny_bert_cls_dir, mine, overwrite=True, validate=False)
+    assert (mine / "notes.txt").read_text() == "user data"
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "stale.txt").write_text("old")
+    with atomic_output_dir(out) as tmp:  # an earlier output of ours
+        (tmp / "stale.txt").write_text("old")
     export_model(tiny_bert_cls_dir, out, overwrite=True, validate=False)
     assert (out / "model.onnx").is_file() and not (out / "stale.txt").exists()
 

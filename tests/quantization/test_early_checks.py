@@ -22,11 +22,10 @@ def no_model_load(monkeypatch):
     """Fail the test if a command gets as far as loading model weights."""
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the bad input was noticed")
-    monkeypatch.setattr(models, "load_causal_lm", refuse)
-    import optimum_amdx.quantization.checkpoint as checkpoint
-    monkeypatch.setattr(checkpoint, "load_gptq_model", refuse)
     import optimum_amdx.quantization as quantization
-    monkeypatch.setattr(quantization, "load_gptq_model", refuse, raising=False)
+
+    for module, name in [(models, "load_causal_lm"), (models, "load_model"), (quantization, "load_gptq_model")]:
+        monkeypatch.setattr(module, name, refuse, raising=False)
 
 
 def _run(capsys, *argv):
@@ -117,3 +116,85 @@ def test_long_cpu_runs_are_announced_with_a_cheaper_setting():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert cpu_cost_warning(model, 2, 32) is None  # a small run: no warning, nothing measured
+
+
+def test_python_overwrite_never_removes_a_users_files(tokenizer, tmp_path):
+    from optimum_amdx.errors import OutputExistsError
+
+    model = make_llama()
+    quantizer = GPTQQuantizer(GPTQConfig(), method="rtn", verbose=False)
+    quantizer.quantize(model, tokenizer)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('mine')")
+    with pytest.raises(OutputExistsError, match="not written by optimum-amdx.*train.py"):
+        quantizer.save_pretrained(model, project, tokenizer, overwrite=True)
+    assert [p.name for p in project.iterdir()] == ["train.py"]
+    first = quantizer.save_pretrained(model, tmp_path / "q", tokenizer)
+    again = quantizer.save_pretrained(model, tmp_path / "q", tokenizer, overwrite=True)  # our own output: replaced
+    assert first == again and (again / "model.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["project", "q"]
+
+
+def test_sigterm_while_quantize_writes_leaves_nothing(tmp_path, tiny_dir):
+    """A real `optimum-amdx quantize rtn` process gets SIGTERM while it writes its shards."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    script = textwrap.dedent("""
+        import sys, time
+        import safetensors.torch as st
+        real = st.save_file
+        def slow_save(*args, **kwargs):
+            real(*args, **kwargs)
+            print("writing", flush=True)
+            time.sleep(60)
+        st.save_file = slow_save
+        from optimum_amdx.cli.main import main
+        sys.exit(main(sys.argv[1:]))
+    """)
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "work" / "q"
+    out.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", script, "quantize", "rtn", "--model", str(tiny_dir), str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stdout:  # the RTN summary comes first
+        if line.strip() == "writing":
+            break
+    else:
+        raise AssertionError(proc.stderr.read())
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=120)
+    assert code in (130, 143), proc.stderr.read()
+    assert "Traceback" not in proc.stderr.read()
+    assert list(out.parent.iterdir()) == []  # neither the output nor a hidden .q.tmp-* folder
+
+
+def test_readme_quantize_steps_run_in_order():
+    """Every README step that writes a quantized folder either writes a new one or passes --overwrite /
+    overwrite=True for one an earlier step wrote (the snippet used to fail after 98 s on an existing folder)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    written: set[str] = set()
+    steps = 0
+    for line in readme.splitlines():
+        line = line.split("#")[0].strip()
+        cli = re.match(r"optimum-amdx quantize (gptq|rtn) (.*)", line)
+        py = re.search(r"save_pretrained\(model, \"([^\"]+)\"(.*)\)", line)
+        if cli:
+            folder, again_ok = cli.group(2).split()[-1].rstrip("/"), "--overwrite" in cli.group(2)
+        elif py:
+            folder, again_ok = py.group(1).rstrip("/"), "overwrite=True" in py.group(2)
+        else:
+            continue
+        steps += 1
+        assert folder not in written or again_ok, f"README step writes {folder!r} again without overwrite: {line}"
+        written.add(folder)
+    assert steps >= 4
