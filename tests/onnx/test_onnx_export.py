@@ -26,6 +26,11 @@ def test_decoder_export_folder_and_metadata(llama_onnx):
     assert meta["migraphx_compatible"] and all(op.split(".")[-1] in MIGRAPHX_CONTRIB_OPS for op in meta["contrib_ops"])
     assert set(meta["versions"]) >= {"torch", "transformers", "onnx", "onnxruntime"}
     assert "com.microsoft.SkipSimplifiedLayerNormalization" in meta["contrib_ops"]  # RMSNorm + residual fused
+    # Every op of the graph is one MIGraphX's ONNX parser registers (FusedMatMul, which ORT's extended level
+    # would emit, is not: its parser lives only on a MIGraphX feature branch).
+    assert meta["graphs"] == [{"file": "model.onnx", "role": "main", "batch": None, "sequence": None,
+                               "migraphx_unsupported_ops": []}]
+    assert "FusedMatMul" not in meta["onnx_ops"] and "MatMul" in meta["onnx_ops"]
 
 
 def test_unoptimized_export_passes_onnx_checker(qwen2_onnx):
