@@ -137,3 +137,20 @@ def test_export_from_loaded_model_keeps_callers_model(tmp_path, tiny_bert_cls_di
     assert next(model.parameters()).dtype == torch.float32
     assert res.metadata["dtype"] == "fp16" and res.metadata["source"] is None
     assert (res.output_dir / "tokenizer.json").is_file()
+
+
+def test_migraphx_op_check_names_unparsed_ops(tmp_path):
+    from onnx import TensorProto, helper
+
+    from optimum_amdx.exporters.optimize import migraphx_op_check
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
+    nodes = [helper.make_node("Det", ["x"], ["d"]), helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("FusedMatMul", ["x", "x"], ["f"], domain="com.microsoft"),
+             helper.make_node("ReduceSum", ["f"], ["s"], keepdims=0), helper.make_node("Add", ["r", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, str(tmp_path / "g.onnx"))
+    check = migraphx_op_check(tmp_path / "g.onnx")
+    assert check == {"ops": ["Add", "Det", "FusedMatMul", "ReduceSum", "Relu"], "unsupported": ["Det", "FusedMatMul"]}
