@@ -1,14 +1,15 @@
 """Graph optimization saved to file, restricted to ops MIGraphX can run.
 
-Two stages, both checked op by op against `MIGRAPHX_CONTRIB_OPS` afterwards:
+Two stages, checked op by op afterwards against `MIGRAPHX_CONTRIB_OPS` and `MIGRAPHX_PARSED_OPS`:
 
 1. onnxruntime.transformers' Python fusions (provider-independent graph rewriting): RMSNorm +
    residual -> SkipSimplifiedLayerNormalization in decoders; LayerNorm, GELU and attention
    fusions in BERT encoders. EmbedLayerNormalization (no MIGraphX parser) is switched off.
 2. fp32 only: ONNX Runtime's own offline optimization (`SessionOptions.optimized_model_filepath`,
-   "basic" = constant folding and redundant-node removal, "extended" = + fusions such as
-   FusedMatMul), with the fusions whose ops MIGraphX cannot run disabled. The "all" level (layout
-   transforms specific to the optimizing machine) is never saved, as ONNX Runtime advises.
+   "basic" = constant folding and redundant-node removal, "extended" = + operator fusions), with the
+   fusions whose ops MIGraphX cannot run disabled (FusedMatMul among them: MIGraphX's parser for it
+   exists only on a feature branch, not in a release). The "all" level (layout transforms specific to
+   the optimizing machine) is never saved, as ONNX Runtime advises.
 
 Stage 2 is skipped for fp16 graphs: ONNX Runtime can only optimize here with the CPU provider,
 which lacks fp16 kernels for several ops and would bake fp32 Cast nodes into the saved graph,
@@ -27,12 +28,12 @@ from ..errors import InvalidArgumentError
 OPTIMIZE_LEVELS: tuple[str, ...] = ("basic", "extended")
 
 # com.microsoft contrib ops that MIGraphX's ONNX parser accepts (it has a parse_* source for each:
-# attention, GELU and layer-norm families, FusedMatMul, MatMulNBits, GroupQueryAttention).
+# attention, GELU and layer-norm families, MatMulNBits, GroupQueryAttention).
 # Ops not known to be parsed there are kept out.
 MIGRAPHX_CONTRIB_OPS: frozenset[str] = frozenset({
     "Attention", "MultiHeadAttention", "GroupQueryAttention", "BiasGelu", "FastGelu", "Gelu",
     "LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
-    "SkipSimplifiedLayerNormalization", "MatMulNBits", "FusedMatMul",
+    "SkipSimplifiedLayerNormalization", "MatMulNBits",
 })
 
 # Every op type MIGraphX's ONNX parser registers (the `operators()` lists of its src/onnx/parse_*.cpp,
@@ -69,6 +70,8 @@ MIGRAPHX_PARSED_OPS: frozenset[str] = frozenset({
 _DISABLED_FOR_MIGRAPHX: tuple[str, ...] = (
     "QuickGeluFusion",          # -> com.microsoft.QuickGelu (SiLU in Llama MLPs)
     "GemmActivationFusion",     # -> com.microsoft.FusedGemm
+    "MatMulScaleFusion",        # -> com.microsoft.FusedMatMul
+    "MatmulTransposeFusion",    # -> com.microsoft.FusedMatMul
     "ConvActivationFusion",     # -> com.microsoft.FusedConv
     "BiasSoftmaxFusion",        # -> com.microsoft.BiasSoftmax
     "BiasDropoutFusion",        # -> com.microsoft.BiasDropout

@@ -80,7 +80,13 @@ def check(report: ValidationReport, graph: str, optimized: bool) -> ValidationRe
     bad = report.failures()
     if not bad:
         return report
-    details = ", ".join(f"{k}={v:.3g} (bound {report.bound.get(k, report.atol):.3g})" for k, v in bad.items())
+    def why(key: str) -> str:
+        bound = report.bound.get(key, report.atol)
+        if key in report.torch_fp16_diff and bound > report.atol:
+            return f"bound {bound:.3g} = {FP16_SLACK:g}x PyTorch fp16's own {report.torch_fp16_diff[key]:.3g} vs fp32"
+        return f"atol {report.atol:g}" + (" (vs the fp32 model)" if key in report.torch_fp16_diff else "")
+
+    details = ", ".join(f"{k}: max abs diff {v:.3g} > {why(k)}" for k, v in bad.items())
     fixes = (["re-export without --optimize"] if optimized else []) + ["export in fp32",
                                                                       "raise --atol if the difference is expected"]
     raise ExportValidationError(f"Exported graph {graph} differs from PyTorch: {details}. Fix: {'; or '.join(fixes)}.")

@@ -26,6 +26,11 @@ def test_decoder_export_folder_and_metadata(llama_onnx):
     assert meta["migraphx_compatible"] and all(op.split(".")[-1] in MIGRAPHX_CONTRIB_OPS for op in meta["contrib_ops"])
     assert set(meta["versions"]) >= {"torch", "transformers", "onnx", "onnxruntime"}
     assert "com.microsoft.SkipSimplifiedLayerNormalization" in meta["contrib_ops"]  # RMSNorm + residual fused
+    # Every op of the graph is one MIGraphX's ONNX parser registers (FusedMatMul, which ORT's extended level
+    # would emit, is not: its parser lives only on a MIGraphX feature branch).
+    assert meta["graphs"] == [{"file": "model.onnx", "role": "main", "batch": None, "sequence": None,
+                               "migraphx_unsupported_ops": []}]
+    assert "FusedMatMul" not in meta["onnx_ops"] and "MatMul" in meta["onnx_ops"]
 
 
 def test_unoptimized_export_passes_onnx_checker(qwen2_onnx):
@@ -132,3 +137,20 @@ def test_export_from_loaded_model_keeps_callers_model(tmp_path, tiny_bert_cls_di
     assert next(model.parameters()).dtype == torch.float32
     assert res.metadata["dtype"] == "fp16" and res.metadata["source"] is None
     assert (res.output_dir / "tokenizer.json").is_file()
+
+
+def test_migraphx_op_check_names_unparsed_ops(tmp_path):
+    from onnx import TensorProto, helper
+
+    from optimum_amdx.exporters.optimize import migraphx_op_check
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
+    nodes = [helper.make_node("Det", ["x"], ["d"]), helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("FusedMatMul", ["x", "x"], ["f"], domain="com.microsoft"),
+             helper.make_node("ReduceSum", ["f"], ["s"], keepdims=0), helper.make_node("Add", ["r", "s"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, str(tmp_path / "g.onnx"))
+    check = migraphx_op_check(tmp_path / "g.onnx")
+    assert check == {"ops": ["Add", "Det", "FusedMatMul", "ReduceSum", "Relu"], "unsupported": ["Det", "FusedMatMul"]}

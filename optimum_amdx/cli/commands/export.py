@@ -99,7 +99,14 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"output_dir": str(result.output_dir), **meta}, indent=2))
     else:
         val = meta.get("validation")
-        check = f"max abs diff {val['max_abs_diff']:.2e} <= atol {val['atol']:g}" if val else "not validated"
+        if not val:
+            check = "not validated"
+        elif val.get("reference") == "fp32":
+            torch16 = max(val["torch_fp16_vs_fp32"].values())
+            check = (f"max abs diff vs the fp32 model {val['max_abs_diff']:.2e} (PyTorch fp16: {torch16:.2e}; "
+                     f"bound: atol {val['atol']:g} or {val['fp16_slack']:g}x PyTorch fp16's)")
+        else:
+            check = f"max abs diff {val['max_abs_diff']:.2e} <= atol {val['atol']:g}"
         graphs = meta.get("graphs") or []
         extra = f", {len(graphs)} graphs" if len(graphs) > 1 else ""
         print(f"Exported {meta['model_type']} ({meta['task']}, {meta['dtype']}, opset {meta['opset']}{extra}) to "
