@@ -23,6 +23,7 @@ class ServeConfig:
     """Server settings; the names follow vLLM's flags where one exists."""
 
     model: str = "default"
+    allow_pickle: bool = False
     served_model_name: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
@@ -91,13 +92,14 @@ def load(config: ServeConfig):
     import torch
 
     from ..modeling import AMDModelForCausalLM
-    from ..models import default_device, load_tokenizer
+    from ..models import default_device, load_tokenizer, open_model
 
     device = config.device or default_device()
     torch.manual_seed(config.seed)
-    tokenizer = load_tokenizer(config.model)
+    folder = open_model(config.model, allow_pickle=config.allow_pickle)  # resolved once: the tokenizer and the weights come from the same folder
+    tokenizer = load_tokenizer(folder)
     model = AMDModelForCausalLM.from_pretrained(
-        config.model, dtype=config.dtype, device=device, block_size=config.block_size,
+        folder, dtype=config.dtype, device=device, block_size=config.block_size,
         num_blocks=config.num_gpu_blocks_override, memory_fraction=config.memory_fraction,
         max_num_seqs=config.max_num_seqs, max_num_batched_tokens=max(config.max_num_batched_tokens, config.max_num_seqs),
         max_model_len=config.max_model_len, use_cuda_graph=not config.enforce_eager)

@@ -222,6 +222,19 @@ def test_pickle_only_folder_is_refused_then_works_end_to_end_when_allowed(tmp_pa
     assert pipe("ab", max_new_tokens=2, do_sample=False)[0]["generated_text"].startswith("ab")
 
 
+def test_allow_pickle_flag_on_quantize_and_eval_ppl(tmp_path, reference, capsys):
+    """Every command whose refusal recommends --allow-pickle accepts it."""
+    folder = _save_pickle_only(reference, tmp_path / "pickled")
+    assert cli(["quantize", "rtn", "--model", str(folder), str(tmp_path / "q")]) == 2
+    assert "--allow-pickle" in capsys.readouterr().err and not (tmp_path / "q").exists()
+    assert cli(["quantize", "rtn", "--model", str(folder), "--allow-pickle", "--json", str(tmp_path / "q")]) == 0
+    assert (tmp_path / "q" / "quantize_config.json").exists() or (tmp_path / "q" / "config.json").exists()
+    capsys.readouterr()
+    args = ["eval-ppl", "--model", str(folder), "--device", "cpu", "--seqlen", "16", "--max-windows", "1", "--json"]
+    assert cli(args) == 2 and "--allow-pickle" in capsys.readouterr().err
+    assert cli(args + ["--allow-pickle"]) == 0, capsys.readouterr().err
+
+
 def test_allow_pickle_still_prefers_safetensors(tmp_path, tiny, reference):
     """With both files present, allow_pickle=True must not switch to the pickle (here: other weights)."""
     other = make_llama(seed=99, hidden=64)

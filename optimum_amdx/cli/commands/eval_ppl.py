@@ -17,6 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-windows", type=int, default=None, help="evaluate at most this many windows")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: the GPU if any)")
     parser.add_argument("--dtype", default="auto", help="auto (fp16 on GPU, fp32 on CPU), fp16, bf16, fp32")
+    parser.add_argument("--allow-pickle", action="store_true", help="Allow loading .bin/.pt weights (runs pickle; only for sources you trust).")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     check_eval_sizes(args.seqlen, args.max_windows)
     device = args.device or default_device()
     dtype = parse_dtype(args.dtype, device)
-    folder = open_model(args.model)
+    folder = open_model(args.model, allow_pickle=args.allow_pickle)
     check_eval_sizes(args.seqlen, args.max_windows, _context_length(folder.config))
     tokens = get_eval_tokens(args.dataset, load_tokenizer(folder))  # a bad dataset fails before the model loads
     if len(tokens) < args.seqlen:

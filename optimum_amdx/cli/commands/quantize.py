@@ -12,6 +12,7 @@ HELP = "Quantize a causal LM to a standard GPTQ checkpoint (GPTQ with calibratio
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model id, local folder, or 'default' (bundled SmolLM2-135M)")
     p.add_argument("output", help="output folder (written atomically)")
+    p.add_argument("--allow-pickle", action="store_true", help="Allow loading .bin/.pt weights (runs pickle; only for sources you trust).")
     p.add_argument("--bits", type=int, default=4, help="2, 3, 4 or 8 (4 runs on the fast W4A16 kernel)")
     p.add_argument("--group-size", type=int, default=128, help="input columns per scale/zero group; -1 for per-row")
     p.add_argument("--asym", action="store_true", help="asymmetric grid (default: symmetric)")
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                          dataset=args.dataset, n_samples=samples, seqlen=seqlen, seed=args.seed)
     else:
         cfg = GPTQConfig(**common)
-    folder = open_model(args.model)
+    folder = open_model(args.model, allow_pickle=args.allow_pickle)
     _check_causal(folder)
     tokenizer = load_tokenizer(folder)
     calibration = None

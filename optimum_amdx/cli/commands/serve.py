@@ -13,6 +13,7 @@ HELP = ("Serve a causal LM over an OpenAI-compatible HTTP API (/v1/completions, 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="default", help="Hub id, local folder (fp16 or GPTQ), or 'default'.")
+    parser.add_argument("--allow-pickle", action="store_true", help="Allow loading .bin/.pt weights (runs pickle; only for sources you trust).")
     parser.add_argument("--served-model-name", default=None,
                         help="The name clients put in 'model' (default: the --model value).")
     parser.add_argument("--host", default="127.0.0.1",
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from ...serving.server import ServeConfig, serve
 
     config = ServeConfig(
-        model=args.model, served_model_name=args.served_model_name, host=args.host, port=args.port,
+        model=args.model, allow_pickle=args.allow_pickle, served_model_name=args.served_model_name, host=args.host, port=args.port,
         dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len,
         max_num_batched_tokens=args.max_num_batched_tokens, memory_fraction=args.memory_fraction,
         num_gpu_blocks_override=args.num_gpu_blocks_override, block_size=args.block_size,
