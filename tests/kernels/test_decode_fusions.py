@@ -44,6 +44,15 @@ def _rope_case(tokens, hq, hk, d, half, dtype, seed, num_blocks=6, block=4):
     return qkv, q, k, v, cos, sin, positions, slots, kc, vc
 
 
+
+@pytest.fixture(autouse=True)
+def _skinny_gemm_in_the_interpreter(monkeypatch):
+    """The engine takes the skinny GEMM only on GPU families; here the interpreter ("cpu") takes it too,
+    so these tests run the kernel itself (directly and inside the decoder)."""
+    from optimum_amdx.kernels import _skinny_gemm_triton
+
+    monkeypatch.setitem(_skinny_gemm_triton._FAMILY_MAX_M, "cpu", MAX_M)
+
 def test_rope_cache_reference_matches_the_unfused_ops():
     from optimum_amdx.kernels.attention_reference import reshape_and_cache_reference
     from optimum_amdx.kernels.rotary import rotary_embedding_reference
