@@ -170,6 +170,19 @@ def _find_sequence(qsl_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
+def _tanh(x):
+    """tanh without libdevice (portable across HIP/CUDA/interpreter): odd Taylor series near 0, where
+    1 - exp(-2|x|) would cancel, else sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|) (saturates cleanly)."""
+    ax = tl.abs(x)
+    e = tl.exp2(ax * (-2.0 * 1.4426950408889634))
+    big = (1.0 - e) / (1.0 + e)
+    x2 = ax * ax
+    small = ax * (1.0 - x2 * (1.0 / 3.0 - x2 * (2.0 / 15.0 - x2 * (17.0 / 315.0))))
+    t = tl.where(ax < 0.125, small, big)
+    return tl.where(x < 0.0, -t, t)
+
+
+@triton.jit
 def _paged_tile(
     acc, l_i, m_i, q, table, k_head, v_head, tile_start, q_pos, kv_end, sliding_window, qk_scale, softcap_log2,
     stride_kb, stride_ks, stride_vb, stride_vs,
@@ -179,7 +192,7 @@ def _paged_tile(
     """One key/value tile read through the block table; MASKED tiles check length, causality, window.
 
     With USE_SOFTCAP, qk_scale is scale / cap and the scores become cap * tanh(.) in log2 units
-    (softcap_log2 = cap * log2(e)); tanh(x) = 1 - 2 / (exp(2x) + 1) saturates cleanly at +-1.
+    (softcap_log2 = cap * log2(e)).
     """
     offs_n = tile_start + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
@@ -203,7 +216,7 @@ def _paged_tile(
         v = tl.load(v_ptrs, mask=d_mask[None, :], other=0.0)
     scores = tl.dot(q, k) * qk_scale
     if USE_SOFTCAP:
-        scores = softcap_log2 * (1.0 - 2.0 / (tl.exp2(scores * (2.0 * 1.4426950408889634)) + 1.0))
+        scores = softcap_log2 * _tanh(scores)
     if MASKED:
         visible = offs_n[None, :] <= q_pos[:, None]
         if USE_WINDOW:
