@@ -46,7 +46,21 @@ _AMD_FAMILIES = ("cdna2", "cdna3", "cdna4", "rdna3", "rdna4")
 
 
 def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: int) -> dict[str, Any]:
-    """Tile sizes and launch options for `unified_attention`.
+    """Tile sizes and launch options for `unified_attention` (see `_base_unified_config`).
+
+    head_dim 256 (Gemma 2, Gemma 3 4B/12B) holds twice the accumulator and key/value tile per program: on
+    AMD the key tile is halved (and the prefill M tile), which keeps gfx90a/gfx942 free of scratch spills.
+    """
+    cfg = _base_unified_config(family, head_dim_pad, num_qpk, max_query_len)
+    if head_dim_pad >= 256 and family in _AMD_FAMILIES:
+        cfg["BLOCK_N"] = max(16, cfg["BLOCK_N"] // 2)
+        if max_query_len > 8:
+            cfg["BLOCK_M"] = max(32, next_pow2(num_qpk), cfg["BLOCK_M"] // 2)
+    return cfg
+
+
+def _base_unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: int) -> dict[str, Any]:
+    """Tile sizes and launch options for `unified_attention` up to head_dim 128.
 
     The M tile packs query heads of one KV head (num_qpk of them) x query tokens, so each KV tile is
     read once per KV head. Decode-heavy batches (few query tokens per sequence) use a 16-row M tile
@@ -550,7 +564,7 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     # Gemma 2 (head_dim 256, query_pre_attn_scalar, soft-capping, alternating windows) and Gemma 3 (windows)
     *_unified_spec("decode", 256, "bf16", 2, 1, window=True, softcap=True),
     *_unified_spec("prefill", 256, "bf16", 2, 1, window=True, softcap=True),
-    *_unified_spec("prefill", 128, "bf16", 2, 1, window=True),
+    *_unified_spec("prefill", 256, "bf16", 2, 1, window=True),
     *_reduce_spec(128, "fp16", 4),
     *_reshape_spec(128, "fp16", 8),
 ]
