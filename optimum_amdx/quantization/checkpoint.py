@@ -165,13 +165,15 @@ def _default_g_idx(layer: QuantLinear) -> torch.Tensor:
 
 
 def _materialize_buffers(model: torch.nn.Module, config: Any) -> None:
-    """Rebuild non-persistent buffers (rotary inv_freq) left on the meta device by the skeleton."""
+    """Rebuild non-persistent buffers (rotary inv_freq, Gemma's embedding scale) left on the meta device by the skeleton."""
     for name, module in list(model.named_modules()):
         if any(b is not None and b.is_meta for b in module.buffers(recurse=False)):
             if "rotary" in type(module).__name__.lower():
                 cfg = getattr(module, "config", config)
                 with torch.device("cpu"):
                     set_submodule(model, name, type(module)(cfg))
+            elif hasattr(module, "scalar_embed_scale"):  # transformers' *ScaledWordEmbedding (Gemma): its scale
+                module.embed_scale = torch.tensor(float(module.scalar_embed_scale))
             else:
                 raise InvalidArgumentError(
                     f"Cannot rebuild buffers of {name} ({type(module).__name__}) when loading a GPTQ model."

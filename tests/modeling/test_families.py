@@ -157,3 +157,25 @@ def test_unsupported_families_name_themselves_and_the_fallback():
         family_for(AutoConfig.for_model("gptj"))
     with pytest.raises(UnsupportedModelError, match="bidirectional"):
         family_for(AutoConfig.for_model("gemma3_text", use_bidirectional_attention=True))
+
+
+@pytest.mark.parametrize("name", ["gemma2", "phi3", "mixtral"])
+def test_gptq_checkpoint_of_the_family_runs_in_the_engine(name, tmp_path):
+    """A 4-bit RTN checkpoint (GPT-QModel layout: quantized q/k/v/o and MLP linears; Phi-3's fused qkv_proj and
+    gate_up_proj; Mixtral's stacked experts stay in float) loads through our W4A16 linears and equals the same
+    checkpoint run by transformers."""
+    import copy
+
+    from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer, QuantLinear, load_gptq_model
+
+    model = copy.deepcopy(family_model(name))
+    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=32), method="rtn", device="cpu", verbose=False)
+    quantizer.quantize(model)
+    quantizer.save_pretrained(model, tmp_path / "q")
+    am = AMDModelForCausalLM.from_pretrained(tmp_path / "q", device="cpu", dtype="fp32", num_blocks=64, max_model_len=128)
+    assert any(isinstance(m, QuantLinear) for m in am.model.modules())
+    assert am.decoder.layers[0].qkv.weight is None  # quantized: called module by module
+    ref = load_gptq_model(tmp_path / "q", "cpu", torch.float32)
+    am.generation_config.eos_token_id = ref.generation_config.eos_token_id = None  # full-length outputs
+    prompts = random_prompts(2, 5, 20, seed=41)
+    assert am.generate(prompts, max_new_tokens=10) == [hf_greedy(ref, p, 10) for p in prompts]
