@@ -179,3 +179,4 @@ def test_gptq_checkpoint_of_the_family_runs_in_the_engine(name, tmp_path):
     am.generation_config.eos_token_id = ref.generation_config.eos_token_id = None  # full-length outputs
     prompts = random_prompts(2, 5, 20, seed=41)
     assert am.generate(prompts, max_new_tokens=10) == [hf_greedy(ref, p, 10) for p in prompts]
+
