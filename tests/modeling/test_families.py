@@ -29,7 +29,7 @@ FAMILY_CONFIGS: dict[str, tuple[str, dict]] = {
     "gemma3_text": ("gemma3_text", dict(head_dim=16, sliding_window=8, query_pre_attn_scalar=24,
                                         layer_types=["sliding_attention", "full_attention"],
                                         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 500.0},
-                                                         "full_attention": {"rope_type": "default",
+                                                         "full_attention": {"rope_type": "linear", "factor": 4.0,
                                                                             "rope_theta": 20000.0}})),
     "phi3": ("phi3", dict(original_max_position_embeddings=256, rope_parameters=dict(
         rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.5,
@@ -180,3 +180,14 @@ def test_gptq_checkpoint_of_the_family_runs_in_the_engine(name, tmp_path):
     prompts = random_prompts(2, 5, 20, seed=41)
     assert am.generate(prompts, max_new_tokens=10) == [hf_greedy(ref, p, 10) for p in prompts]
 
+
+
+def test_gemma3_layers_take_their_layer_type_rotary_table():
+    dec = AMDModelForCausalLM(family_model("gemma3_text"), num_blocks=8, max_model_len=64).decoder
+    local, glob = dec.layers[0], dec.layers[1]  # layer_types: sliding, full
+    half = local.cos.shape[1]
+    inv = lambda theta: 1.0 / theta ** (torch.arange(0, 2 * half, 2, dtype=torch.float32) / (2 * half))  # noqa: E731
+    pos = torch.arange(64, dtype=torch.float32)[:, None]
+    torch.testing.assert_close(local.cos, torch.cos(pos * inv(500.0)))
+    torch.testing.assert_close(glob.cos, torch.cos(pos * inv(20000.0) / 4.0))  # linear scaling, factor 4
+    assert local.parts.window == 8 and glob.parts.window is None
