@@ -22,6 +22,7 @@ from ..errors import InvalidArgumentError, ModelNotFoundError
 from ..io import atomic_output_dir
 from .config import GPTQConfig, declares_gptq, group_rows
 from .model_utils import set_submodule
+from .moe_experts import has_per_expert_keys, split_stacked_experts
 from .quant_linear import QuantLinear
 
 WEIGHTS_NAME = "model.safetensors"
@@ -118,6 +119,8 @@ def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     config.quantization_config = qc_saved
     model.config.quantization_config = qc_saved if isinstance(qc_saved, dict) else qc_saved.to_dict()
+    if has_per_expert_keys(quantized):  # MoE quantized expert by expert: per-expert linears in place of stacked ones
+        split_stacked_experts(model)
 
     for name in quantized:
         try:

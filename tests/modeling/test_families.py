@@ -191,3 +191,28 @@ def test_gemma3_layers_take_their_layer_type_rotary_table():
     torch.testing.assert_close(local.cos, torch.cos(pos * inv(500.0)))
     torch.testing.assert_close(glob.cos, torch.cos(pos * inv(20000.0) / 4.0))  # linear scaling, factor 4
     assert local.parts.window == 8 and glob.parts.window is None
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral"])
+def test_gptq_checkpoint_with_quantized_experts_runs_in_the_engine(name, tmp_path):
+    """Experts quantized one linear at a time (GPT-QModel's `mlp.experts.<e>.gate_proj/up_proj/down_proj`)
+    load as per-expert W4A16 linears and equal the same checkpoint run by transformers."""
+    import copy
+
+    from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer, QuantLinear, load_gptq_model
+    from optimum_amdx.quantization.moe_experts import ExpertLinears
+    from safetensors import safe_open
+
+    model = copy.deepcopy(family_model(name))
+    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=16), method="rtn", device="cpu", verbose=False)
+    quantizer.quantize(model)
+    quantizer.save_pretrained(model, tmp_path / "q")
+    with safe_open(str(next((tmp_path / "q").glob("*.safetensors"))), framework="pt") as f:
+        assert "model.layers.0.mlp.experts.3.down_proj.qweight" in f.keys()
+    am = AMDModelForCausalLM.from_pretrained(tmp_path / "q", device="cpu", dtype="fp32", num_blocks=64, max_model_len=128)
+    experts = am.model.model.layers[0].mlp.experts
+    assert isinstance(experts, ExpertLinears) and isinstance(experts[0].gate_proj, QuantLinear)
+    ref = load_gptq_model(tmp_path / "q", "cpu", torch.float32)
+    am.generation_config.eos_token_id = ref.generation_config.eos_token_id = None
+    prompts = random_prompts(2, 5, 20, seed=43)
+    assert am.generate(prompts, max_new_tokens=8) == [hf_greedy(ref, p, 8) for p in prompts]
