@@ -162,8 +162,8 @@ def test_unsupported_families_name_themselves_and_the_fallback():
 @pytest.mark.parametrize("name", ["gemma2", "phi3", "mixtral"])
 def test_gptq_checkpoint_of_the_family_runs_in_the_engine(name, tmp_path):
     """A 4-bit RTN checkpoint (GPT-QModel layout: quantized q/k/v/o and MLP linears; Phi-3's fused qkv_proj and
-    gate_up_proj; Mixtral's stacked experts stay in float) loads through our W4A16 linears and equals the same
-    checkpoint run by transformers."""
+    gate_up_proj; Mixtral's experts one by one) loads through our W4A16 linears and equals the same checkpoint
+    run by transformers."""
     import copy
 
     from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer, QuantLinear, load_gptq_model
