@@ -22,7 +22,8 @@ Shared modules: ``runtime`` (when to use Triton, arch family, launch-option help
 ``compile_spec`` (the spec type and its discovery), ``triton_compat`` (differences between the
 supported Triton releases: today only interpreter defects). Ops: ``flash_attention`` (dense
 FlashAttention-2; its reference is also the paged one's core), ``paged_attention`` (KV write,
-unified paged attention, split-K), ``rmsnorm``, ``rotary``, ``w4a16``.
+unified paged attention, split-K, soft-capping), ``rmsnorm``, ``rotary``, ``w4a16``, ``fused_moe``
+(top-k routing, expert-sorted grouped GEMMs).
 
 This subpackage uses nothing of ours beyond ``errors`` and the torch-free GPU fact table
 ``hardware.gpu_facts``.

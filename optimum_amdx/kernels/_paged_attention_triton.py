@@ -46,7 +46,21 @@ _AMD_FAMILIES = ("cdna2", "cdna3", "cdna4", "rdna3", "rdna4")
 
 
 def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: int) -> dict[str, Any]:
-    """Tile sizes and launch options for `unified_attention`.
+    """Tile sizes and launch options for `unified_attention` (see `_base_unified_config`).
+
+    head_dim 256 (Gemma 2, Gemma 3 4B/12B) holds twice the accumulator and key/value tile per program: on
+    AMD the key tile is halved (and the prefill M tile), which keeps gfx90a/gfx942 free of scratch spills.
+    """
+    cfg = _base_unified_config(family, head_dim_pad, num_qpk, max_query_len)
+    if head_dim_pad >= 256 and family in _AMD_FAMILIES:
+        cfg["BLOCK_N"] = max(16, cfg["BLOCK_N"] // 2)
+        if max_query_len > 8:
+            cfg["BLOCK_M"] = max(32, next_pow2(num_qpk), cfg["BLOCK_M"] // 2)
+    return cfg
+
+
+def _base_unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: int) -> dict[str, Any]:
+    """Tile sizes and launch options for `unified_attention` up to head_dim 128.
 
     The M tile packs query heads of one KV head (num_qpk of them) x query tokens, so each KV tile is
     read once per KV head. Decode-heavy batches (few query tokens per sequence) use a 16-row M tile
@@ -170,13 +184,30 @@ def _find_sequence(qsl_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
+def _tanh(x):
+    """tanh without libdevice (portable across HIP/CUDA/interpreter): odd Taylor series near 0, where
+    1 - exp(-2|x|) would cancel, else sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|) (saturates cleanly)."""
+    ax = tl.abs(x)
+    e = tl.exp2(ax * (-2.0 * 1.4426950408889634))
+    big = (1.0 - e) / (1.0 + e)
+    x2 = ax * ax
+    small = ax * (1.0 - x2 * (1.0 / 3.0 - x2 * (2.0 / 15.0 - x2 * (17.0 / 315.0))))
+    t = tl.where(ax < 0.125, small, big)
+    return tl.where(x < 0.0, -t, t)
+
+
+@triton.jit
 def _paged_tile(
-    acc, l_i, m_i, q, table, k_head, v_head, tile_start, q_pos, kv_end, sliding_window, qk_scale,
+    acc, l_i, m_i, q, table, k_head, v_head, tile_start, q_pos, kv_end, sliding_window, qk_scale, softcap_log2,
     stride_kb, stride_ks, stride_vb, stride_vs,
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr,
+    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
 ):
-    """One key/value tile read through the block table; MASKED tiles check length, causality, window."""
+    """One key/value tile read through the block table; MASKED tiles check length, causality, window.
+
+    With USE_SOFTCAP, qk_scale is scale / cap and the scores become cap * tanh(.) in log2 units
+    (softcap_log2 = cap * log2(e)).
+    """
     offs_n = tile_start + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     d_mask = offs_d < HEAD_DIM
@@ -198,6 +229,8 @@ def _paged_tile(
         k = tl.load(k_ptrs, mask=d_mask[:, None], other=0.0)
         v = tl.load(v_ptrs, mask=d_mask[None, :], other=0.0)
     scores = tl.dot(q, k) * qk_scale
+    if USE_SOFTCAP:
+        scores = softcap_log2 * _tanh(scores)
     if MASKED:
         visible = offs_n[None, :] <= q_pos[:, None]
         if USE_WINDOW:
@@ -223,6 +256,7 @@ def _unified_attention_kernel(
     seq_lens_ptr,
     qsl_ptr,
     qk_scale,
+    softcap_log2,
     sliding_window,
     num_seqs,
     num_heads,
@@ -246,6 +280,7 @@ def _unified_attention_kernel(
     PAGE_SIZE: tl.constexpr,
     USE_WINDOW: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
+    USE_SOFTCAP: tl.constexpr = False,
 ):
     q_block = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -303,14 +338,14 @@ def _unified_attention_kernel(
     for tile in range(tile_lo, full_end):
         acc, l_i, m_i = _paged_tile(
             acc, l_i, m_i, q, table, k_head, v_head, kv_start + tile * BLOCK_N, q_pos, kv_end, sliding_window,
-            qk_scale, stride_kb, stride_ks, stride_vb, stride_vs,
-            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, False, USE_WINDOW,
+            qk_scale, softcap_log2, stride_kb, stride_ks, stride_vb, stride_vs,
+            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, False, USE_WINDOW, USE_SOFTCAP,
         )
     for tile in range(full_end, tile_hi):
         acc, l_i, m_i = _paged_tile(
             acc, l_i, m_i, q, table, k_head, v_head, kv_start + tile * BLOCK_N, q_pos, kv_end, sliding_window,
-            qk_scale, stride_kb, stride_ks, stride_vb, stride_vs,
-            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True, USE_WINDOW,
+            qk_scale, softcap_log2, stride_kb, stride_ks, stride_vb, stride_vs,
+            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True, USE_WINDOW, USE_SOFTCAP,
         )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -410,6 +445,7 @@ def unified_attention_triton(
     num_splits: int | None,
     family: str,
     config: dict | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one."""
     total_q, num_heads, head_dim = q.shape
@@ -442,14 +478,15 @@ def unified_attention_triton(
         part_out = part_lse = out
     _unified_attention_kernel[(num_q_blocks, num_kv_heads, num_splits)](
         q, k_cache, v_cache, out, part_out, part_lse, block_tables, seq_lens, query_start_loc,
-        scale * LOG2E, int(sliding_window or 0), num_seqs, num_heads,
+        scale / softcap if softcap else scale * LOG2E, float(softcap or 0.0) * LOG2E, int(sliding_window or 0),
+        num_seqs, num_heads,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         out.stride(0), out.stride(1), block_tables.stride(0),
         NUM_QPK=num_qpk, BLOCK_M=block_m, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
         BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
-        NUM_SPLITS=num_splits, **launch, **PINNED_COMPILE_OPTIONS,
+        NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), **launch, **PINNED_COMPILE_OPTIONS,
     )
     if num_splits > 1:
         _split_reduce_kernel[(total_q, num_heads)](
@@ -465,13 +502,14 @@ def unified_attention_triton(
 _DTYPE = {"fp16": "*fp16", "bf16": "*bf16"}
 
 
-def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits: int) -> list[CompileSpec]:
+def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits: int,
+                  window: bool = False, softcap: bool = False) -> list[CompileSpec]:
     ptr = _DTYPE[dtype]
     signature = {
         "q_ptr": ptr, "k_cache_ptr": ptr, "v_cache_ptr": ptr, "out_ptr": ptr,
         "part_out_ptr": "*fp32" if num_splits > 1 else ptr, "part_lse_ptr": "*fp32" if num_splits > 1 else ptr,
         "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "qsl_ptr": "*i32",
-        "qk_scale": "fp32", "sliding_window": "i32", "num_seqs": "i32", "num_heads": "i32",
+        "qk_scale": "fp32", "softcap_log2": "fp32", "sliding_window": "i32", "num_seqs": "i32", "num_heads": "i32",
         **{s: "i32" for s in ("stride_qt", "stride_qh", "stride_kb", "stride_ks", "stride_kh", "stride_vb",
                               "stride_vs", "stride_vh", "stride_ot", "stride_oh", "stride_bt")},
     }
@@ -482,12 +520,13 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
         consts = {
             "NUM_QPK": num_qpk, "BLOCK_M": consts["BLOCK_M"], "BLOCK_Q": max(1, consts["BLOCK_M"] // num_qpk),
             "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim, "BLOCK_N": consts["BLOCK_N"], "PAGE_SIZE": 16,
-            "USE_WINDOW": False, "NUM_SPLITS": num_splits,
+            "USE_WINDOW": window, "NUM_SPLITS": num_splits, "USE_SOFTCAP": softcap,
         }
         return consts, launch
 
     signature.update({k: "constexpr" for k in make("gfx942")[0]})
-    return grouped_specs(f"unified_attention[{mode},d{head_dim},{dtype}]", _unified_attention_kernel, signature, make, True, True)
+    extra = (",window" if window else "") + (",softcap" if softcap else "")
+    return grouped_specs(f"unified_attention[{mode},d{head_dim},{dtype}{extra}]", _unified_attention_kernel, signature, make, True, True)
 
 
 def _reduce_spec(head_dim: int, dtype: str, num_splits: int) -> list[CompileSpec]:
@@ -522,6 +561,10 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     *_unified_spec("decode", 64, "bf16", 3, 1),
     *_unified_spec("prefill", 128, "fp16", 4, 1),
     *_unified_spec("splitk", 128, "fp16", 4, 4),
+    # Gemma 2 (head_dim 256, query_pre_attn_scalar, soft-capping, alternating windows) and Gemma 3 (windows)
+    *_unified_spec("decode", 256, "bf16", 2, 1, window=True, softcap=True),
+    *_unified_spec("prefill", 256, "bf16", 2, 1, window=True, softcap=True),
+    *_unified_spec("prefill", 256, "bf16", 2, 1, window=True),
     *_reduce_spec(128, "fp16", 4),
     *_reshape_spec(128, "fp16", 8),
 ]

@@ -62,17 +62,21 @@ def masked_softmax_attention(
     scale: float,
     causal: bool,
     sliding_window: int | None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Attention of q [Sq, Hq, D] over k/v [Sk, Hkv, D] in fp32; rows that see no key give zeros.
 
     q_positions [Sq]: the key index each query sits at (it sees keys <= its position when causal,
-    and only the last `sliding_window` of them when a window is given).
+    and only the last `sliding_window` of them when a window is given). `softcap` (Gemma 2's
+    attn_logit_softcapping): scaled scores s become softcap * tanh(s / softcap) before masking.
     """
     group = check_gqa(q.shape[1], k.shape[1])
     qf = q.float().transpose(0, 1)  # [Hq, Sq, D]
     kf = k.float().transpose(0, 1).repeat_interleave(group, dim=0)  # [Hq, Sk, D]
     vf = v.float().transpose(0, 1).repeat_interleave(group, dim=0)
     scores = torch.matmul(qf, kf.transpose(1, 2)) * scale  # [Hq, Sq, Sk]
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     key_idx = torch.arange(k.shape[0], device=q.device)
     visible = torch.ones(q.shape[0], k.shape[0], dtype=torch.bool, device=q.device)
     if causal:

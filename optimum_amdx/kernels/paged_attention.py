@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from optimum_amdx.errors import InvalidArgumentError
 from optimum_amdx.kernels.flash_attention import check_qkv, masked_softmax_attention
 from optimum_amdx.kernels.runtime import tensor_family, use_triton
 
@@ -68,6 +69,7 @@ def unified_attention_reference(
     sliding_window: int | None = None,
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Causal attention of varlen-packed queries over a paged KV cache (see `unified_attention`).
 
@@ -87,7 +89,7 @@ def unified_attention_reference(
         v = gather_paged_kv(v_cache, block_tables[s], ctx)
         positions = torch.arange(ctx - q_len, ctx, device=q.device)
         result[q0:q1] = masked_softmax_attention(
-            q[q0:q1], k, v, positions, scale, True, sliding_window
+            q[q0:q1], k, v, positions, scale, True, sliding_window, softcap
         ).to(result.dtype)
     return result
 
@@ -124,6 +126,7 @@ def unified_attention(
     sliding_window: int | None = None,
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Causal GQA attention of varlen-packed queries over a paged KV cache.
 
@@ -131,7 +134,9 @@ def unified_attention(
     [num_seqs, max_blocks_per_seq] int32; seq_lens [num_seqs] int32 = context length including this
     step's (already cached) query tokens; query_start_loc [num_seqs + 1] int32. Query i of sequence s
     sits at position seq_lens[s] - q_len + i and sees keys up to it (the last `sliding_window` only, if
-    given). Returns [total_q, Hq, D].
+    given). `softmax_scale` defaults to 1/sqrt(D) (Gemma passes query_pre_attn_scalar ** -0.5); `softcap`
+    (Gemma 2's attn_logit_softcapping) turns scaled scores s into softcap * tanh(s / softcap) before the
+    softmax. Returns [total_q, Hq, D].
 
     No host synchronization: max_query_len / max_seq_len are caller-given upper bounds used only to
     size the launch, so the call can be captured in a CUDA/HIP graph. For few sequences with long
@@ -139,14 +144,18 @@ def unified_attention(
     a split count (1 disables it).
     """
     check_qkv(q, k_cache, v_cache, kv_head_dim=2)
+    if softcap is not None and not softcap > 0:
+        raise InvalidArgumentError(f"softcap={softcap!r}: expected a positive number (or None for no capping).")
+    if sliding_window is not None and sliding_window < 1:
+        raise InvalidArgumentError(f"sliding_window={sliding_window!r}: expected a positive number of keys (or None).")
     if use_triton(q, k_cache, v_cache):
         from optimum_amdx.kernels._paged_attention_triton import unified_attention_triton
 
         return unified_attention_triton(
             q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
-            softmax_scale, sliding_window, out, num_splits, tensor_family(q),
+            softmax_scale, sliding_window, out, num_splits, tensor_family(q), softcap=softcap,
         )
     return unified_attention_reference(
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
-        softmax_scale, sliding_window, out, num_splits,
+        softmax_scale, sliding_window, out, num_splits, softcap,
     )

@@ -43,7 +43,7 @@ CPU_CACHE_BYTES = 512 * 2**20
 
 
 class AMDModelForCausalLM:
-    """Wraps a loaded transformers Llama/Mistral/Qwen2 model; the engine is built on first use.
+    """Wraps a loaded transformers causal LM of a supported family (`modeling.families`); the engine is built on first use.
 
     Engine knobs (see `LLMEngine`): block_size, num_blocks (None: from free GPU memory x
     memory_fraction; on CPU about `CPU_CACHE_BYTES`, at least one full-length sequence),

@@ -2,7 +2,8 @@
 
 Tokens of all sequences in a step are packed into one varlen batch ([tokens, hidden]); attention
 goes through `unified_attention`, which serves prefill chunks and decode tokens in the same call.
-Supported families: Llama, Mistral and Qwen2 (grouped-query attention; Qwen2 has q/k/v biases).
+Supported families: those of `families.FAMILIES` (Llama, Mistral, Qwen2/3, Gemma 1/2/3, Phi-3/4, Mixtral,
+Qwen3-MoE); what each does differently from Llama is resolved there into fields this forward reads.
 Where q/k/v (and gate/up) are plain `nn.Linear`, their weights are concatenated into one matrix
 so a layer runs 4 matmuls instead of 7; the transformers modules are re-pointed at views of the
 fused matrix, so no weight memory is duplicated and the original model keeps working. GPTQ
@@ -22,7 +23,6 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..errors import UnsupportedModelError
 from ..kernels.act_mul import silu_and_mul
 from ..kernels.paged_attention import reshape_and_cache, unified_attention
 from ..kernels.rmsnorm import rms_norm
@@ -30,8 +30,10 @@ from ..kernels.rope_cache import rotary_and_cache_
 from ..kernels.rotary import rotary_embedding_
 from ..kernels.skinny_gemm import skinny_gemm, skinny_gemm_norm, skinny_max_m
 from .cache import CacheLayout, PagedKVCache
+from .families import LayerParts, decoder_parts, supported_model_types
+from .moe import moe_runner
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES = supported_model_types()
 
 
 @dataclass
@@ -164,71 +166,71 @@ def _is_silu(act: Callable[[torch.Tensor], torch.Tensor]) -> bool:
     return isinstance(act, nn.SiLU) or type(act).__name__ in ("SiLU", "SiLUActivation")
 
 
-class _Layer:
-    """Handles on one decoder layer's weights."""
+class _CheckpointFused(_Projection):
+    """One linear that the checkpoint already fused (Phi-3 `qkv_proj` / `gate_up_proj`), split by `sizes`."""
 
-    def __init__(self, layer: nn.Module) -> None:
-        attn, mlp = layer.self_attn, layer.mlp
-        self.qkv = _Projection([attn.q_proj, attn.k_proj, attn.v_proj])
-        self.o_proj = attn.o_proj
-        self.gate_up = _Projection([mlp.gate_proj, mlp.up_proj])
-        self.down_proj = mlp.down_proj
-        self.act: Callable[[torch.Tensor], torch.Tensor] = mlp.act_fn
-        self.act_is_silu = _is_silu(mlp.act_fn)
-        self.ln1_w = layer.input_layernorm.weight
-        self.ln1_eps = float(getattr(layer.input_layernorm, "variance_epsilon", getattr(layer.input_layernorm, "eps", 1e-6)))
-        self.ln2_w = layer.post_attention_layernorm.weight
-        self.ln2_eps = float(getattr(layer.post_attention_layernorm, "variance_epsilon",
-                                     getattr(layer.post_attention_layernorm, "eps", 1e-6)))
+    def __init__(self, module: nn.Module, sizes: list[int]) -> None:
+        super().__init__([module])
+        self.sizes = sizes
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return list(self.modules[0](x).split(self.sizes, dim=-1))
+
+
+def _projection(modules: list[nn.Module], sizes: list[int]) -> _Projection:
+    return _CheckpointFused(modules[0], sizes) if len(modules) == 1 and len(sizes) > 1 else _Projection(modules)
+
+
+class _NoProjection:
+    """Stands in for gate/up on a sparse-MoE layer (no dense MLP): nothing to fuse."""
+
+    weight = bias = None
+    sizes: list[int] = []
+
+
+class _Layer:
+    """Handles on one decoder layer's weights, with its family's departures from Llama (`families.LayerParts`)."""
+
+    def __init__(self, parts: LayerParts, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        self.parts = parts
+        self.qkv = _projection(parts.qkv_modules, parts.qkv_sizes)
+        self.o_proj = parts.o_proj
+        self.moe = moe_runner(parts.moe) if parts.moe is not None else None
+        self.gate_up = _projection(parts.gate_up_modules, parts.gate_up_sizes) if self.moe is None else _NoProjection()
+        self.down_proj = parts.down_proj
+        self.act: Callable[[torch.Tensor], torch.Tensor] | None = parts.act
+        self.act_is_silu = parts.act is not None and _is_silu(parts.act)
+        self.ln1_w, self.ln1_eps = parts.input_norm.weight, parts.input_norm.eps
+        self.ln2_w, self.ln2_eps = parts.mlp_norm.weight, parts.mlp_norm.eps
+        self.cos, self.sin = cos, sin
 
 
 class PagedDecoder:
-    """Runs a transformers Llama/Mistral/Qwen2 causal LM over packed tokens and a paged KV cache."""
+    """Runs a transformers causal LM of a supported family over packed tokens and a paged KV cache."""
 
     def __init__(self, hf_model: nn.Module, max_model_len: int) -> None:
         config = hf_model.config
-        if config.model_type not in SUPPORTED_MODEL_TYPES:
-            raise UnsupportedModelError(
-                f"AMDModelForCausalLM supports model types {', '.join(SUPPORTED_MODEL_TYPES)}; got "
-                f"{config.model_type!r}. Use the transformers model with attn_implementation='amdx' instead."
-            )
+        parts = decoder_parts(hf_model, max_model_len)  # raises UnsupportedModelError for other families
+        self.family = parts.spec
         self.hf_model = hf_model
         self.config = config
         base = hf_model.model
         self.embed = base.embed_tokens
-        self.layers = [_Layer(layer) for layer in base.layers]
-        self.norm_w = base.norm.weight
-        self.norm_eps = float(getattr(base.norm, "variance_epsilon", getattr(base.norm, "eps", 1e-6)))
+        self.embed_scale = parts.embed_scale
+        self.final_softcap = parts.final_softcap
+        self.layers = [_Layer(p, *parts.rope[p.rope_key]) for p in parts.layers]
+        self.norm_w, self.norm_eps = parts.final_norm.weight, parts.final_norm.eps
         self.lm_head = hf_model.lm_head
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
-        self.scale = float(base.layers[0].self_attn.scaling)
-        self.sliding_window = self._sliding_window(config)
         self.max_model_len = max_model_len
         self.device = self.embed.weight.device
         self.dtype = self.embed.weight.dtype
-        self.cos, self.sin = self._rotary_tables(base.rotary_emb, max_model_len)
+        self.cos, self.sin = self.layers[0].cos, self.layers[0].sin
         self.fusions = DecodeFusions()
         self._num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
                          if self.device.type == "cuda" else 1)
-
-    @staticmethod
-    def _sliding_window(config) -> int | None:
-        window = getattr(config, "sliding_window", None)
-        if config.model_type == "qwen2" and not getattr(config, "use_sliding_window", False):
-            return None
-        return int(window) if window else None
-
-    def _rotary_tables(self, rotary_emb: nn.Module, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """float32 cos/sin tables [length, rotary_dim / 2] from the model's own inv_freq (honours rope scaling)."""
-        inv_freq = rotary_emb.inv_freq.to(device=self.device, dtype=torch.float32)
-        scaling = float(getattr(rotary_emb, "attention_scaling", 1.0))
-        positions = torch.arange(length, device=self.device, dtype=torch.float32)
-        freqs = positions[:, None] * inv_freq[None, :]
-        cos = (freqs.cos() * scaling).contiguous()
-        sin = (freqs.sin() * scaling).contiguous()
-        return cos, sin
 
     def cache_layout(self, block_size: int, dtype: torch.dtype | None = None) -> CacheLayout:
         """The paged-pool layout this model needs."""
@@ -278,6 +280,8 @@ class PagedDecoder:
         return module(x)
 
     def _mlp(self, layer: _Layer, x: torch.Tensor, linear) -> torch.Tensor:
+        if layer.moe is not None:
+            return layer.moe(x)
         proj = layer.gate_up
         if self.fusions.silu_mul and layer.act_is_silu:  # one pass of SiLU(gate) * up over the fused output
             fused = proj.fused_output(x, linear)
@@ -297,6 +301,8 @@ class PagedDecoder:
     def forward(self, batch: BatchInputs, cache: PagedKVCache) -> torch.Tensor:
         """Logits [seqs, vocab] for the rows named by `batch.logits_indices`; writes K/V into the cache."""
         h = self.embed(batch.input_ids)
+        if self.embed_scale is not None:
+            h = h * self.embed_scale
         tokens = h.shape[0]
         linear = self._linear_fn(tokens)
         splits = self.decode_splits(batch.seq_lens.shape[0], batch.max_query_len, batch.max_seq_len)
@@ -317,17 +323,22 @@ class PagedDecoder:
             q = q.reshape(tokens, self.num_heads, self.head_dim)
             k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
             v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
+            if layer.parts.q_norm is not None:
+                q = rms_norm(q, layer.parts.q_norm.weight, layer.parts.q_norm.eps)
+                k = rms_norm(k, layer.parts.k_norm.weight, layer.parts.k_norm.eps)
             if self.fusions.rope_cache:
-                rotary_and_cache_(q, k, v, self.cos, self.sin, batch.positions, cache.k[i], cache.v[i],
+                rotary_and_cache_(q, k, v, layer.cos, layer.sin, batch.positions, cache.k[i], cache.v[i],
                                   batch.slot_mapping)
             else:
-                rotary_embedding_(q, k, self.cos, self.sin, batch.positions)
+                rotary_embedding_(q, k, layer.cos, layer.sin, batch.positions)
                 reshape_and_cache(k, v, cache.k[i], cache.v[i], batch.slot_mapping)
             attn = unified_attention(q, cache.k[i], cache.v[i], batch.block_tables, batch.seq_lens,
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
-                                     softmax_scale=self.scale, sliding_window=self.sliding_window,
-                                     num_splits=splits)
+                                     softmax_scale=layer.parts.scale, sliding_window=layer.parts.window,
+                                     num_splits=splits, softcap=layer.parts.softcap)
             h = self._apply(layer.o_proj, attn.reshape(tokens, q_size), linear)
+            if layer.parts.post_attn_norm is not None:
+                h = rms_norm(h, layer.parts.post_attn_norm.weight, layer.parts.post_attn_norm.eps)
             gu = layer.gate_up
             if fuse_norm and self.fusions.silu_mul and layer.act_is_silu and self._dense(gu):
                 gate_up, residual = skinny_gemm_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.weight, gu.bias)
@@ -335,6 +346,11 @@ class PagedDecoder:
             else:
                 x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual)
                 h = self._mlp(layer, x, linear)
+            if layer.parts.post_mlp_norm is not None:
+                h = rms_norm(h, layer.parts.post_mlp_norm.weight, layer.parts.post_mlp_norm.eps)
         rows = batch.logits_indices
         x, _ = rms_norm(h.index_select(0, rows), self.norm_w, self.norm_eps, residual=residual.index_select(0, rows))
-        return self._apply(self.lm_head, x, self._linear_fn(x.shape[0]))
+        logits = self._apply(self.lm_head, x, self._linear_fn(x.shape[0]))
+        if self.final_softcap is not None:
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits

@@ -35,6 +35,30 @@ SHAPES: dict[str, dict[str, Any]] = {
                      intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                      num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
                      rope_theta=1000000.0, tie_word_embeddings=False),
+    # Families of issue 18 (public configs; random weights for benchmarks).
+    "qwen3-8b": dict(model_type="qwen3", hidden_act="silu", rms_norm_eps=1e-6, hidden_size=4096,
+                     intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                     head_dim=128, vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+                     tie_word_embeddings=False),
+    "gemma-2-9b": dict(model_type="gemma2", hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6,
+                       hidden_size=3584, intermediate_size=14336, num_hidden_layers=42, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=256, vocab_size=256000, max_position_embeddings=8192,
+                       query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0,
+                       final_logit_softcapping=30.0),
+    "phi-4": dict(model_type="phi3", hidden_act="silu", rms_norm_eps=1e-5, hidden_size=5120, intermediate_size=17920,
+                  num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=10, vocab_size=100352,
+                  max_position_embeddings=16384, rope_theta=250000.0, tie_word_embeddings=False,
+                  pad_token_id=100349, bos_token_id=100257, eos_token_id=100265),
+    "mixtral-8x7b": dict(model_type="mixtral", hidden_act="silu", rms_norm_eps=1e-5, hidden_size=4096,
+                         intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                         num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
+                         max_position_embeddings=32768, rope_theta=1000000.0, sliding_window=None,
+                         tie_word_embeddings=False),
+    "qwen3-30b-a3b": dict(model_type="qwen3_moe", hidden_act="silu", rms_norm_eps=1e-6, hidden_size=2048,
+                          intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48,
+                          num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
+                          num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, vocab_size=151936,
+                          max_position_embeddings=40960, rope_theta=1000000.0, tie_word_embeddings=False),
     "tiny-llama": dict(_LLAMA_BASE, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
                        max_position_embeddings=512),
@@ -69,7 +93,14 @@ def parameter_count(config) -> int:
     if getattr(config, "model_type", "") == "qwen2":
         attn += heads * head_dim + 2 * kv_heads * head_dim
     mlp = 3 * h * inter
-    norms = 2 * h
+    experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    if experts:  # sparse MoE (Mixtral, Qwen3-MoE): every expert's gate/up/down plus the router
+        expert_inter = getattr(config, "moe_intermediate_size", None) or inter
+        mlp = experts * 3 * h * expert_inter + h * experts
+    model_type = getattr(config, "model_type", "")
+    norms = (4 if model_type in ("gemma2", "gemma3_text") else 2) * h
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text"):
+        norms += 2 * head_dim  # per-head q/k norms
     per_layer = attn + mlp + norms
     embed = vocab * h
     lm_head = 0 if getattr(config, "tie_word_embeddings", False) else vocab * h

@@ -22,6 +22,7 @@ from ..errors import InvalidArgumentError, ModelNotFoundError
 from ..io import atomic_output_dir
 from .config import GPTQConfig, declares_gptq, group_rows
 from .model_utils import set_submodule
+from .moe_experts import has_per_expert_keys, split_stacked_experts
 from .quant_linear import QuantLinear
 
 WEIGHTS_NAME = "model.safetensors"
@@ -118,6 +119,8 @@ def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     config.quantization_config = qc_saved
     model.config.quantization_config = qc_saved if isinstance(qc_saved, dict) else qc_saved.to_dict()
+    if has_per_expert_keys(quantized):  # MoE quantized expert by expert: per-expert linears in place of stacked ones
+        split_stacked_experts(model)
 
     for name in quantized:
         try:
@@ -165,13 +168,15 @@ def _default_g_idx(layer: QuantLinear) -> torch.Tensor:
 
 
 def _materialize_buffers(model: torch.nn.Module, config: Any) -> None:
-    """Rebuild non-persistent buffers (rotary inv_freq) left on the meta device by the skeleton."""
+    """Rebuild non-persistent buffers (rotary inv_freq, Gemma's embedding scale) left on the meta device by the skeleton."""
     for name, module in list(model.named_modules()):
         if any(b is not None and b.is_meta for b in module.buffers(recurse=False)):
             if "rotary" in type(module).__name__.lower():
                 cfg = getattr(module, "config", config)
                 with torch.device("cpu"):
                     set_submodule(model, name, type(module)(cfg))
+            elif hasattr(module, "scalar_embed_scale"):  # transformers' *ScaledWordEmbedding (Gemma): its scale
+                module.embed_scale = torch.tensor(float(module.scalar_embed_scale))
             else:
                 raise InvalidArgumentError(
                     f"Cannot rebuild buffers of {name} ({type(module).__name__}) when loading a GPTQ model."

@@ -27,6 +27,7 @@ from .checkpoint import save_quantized
 from .config import GPTQConfig
 from .estimate import cpu_cost_warning
 from .gptq import HessianAccumulator, QuantResult, gptq_quantize, rtn_quantize
+from .moe_experts import split_stacked_experts
 from .model_utils import block_linears, check_causal_lm, decoder_layers, set_submodule
 from .packing import pack_gptq
 from .quant_linear import QuantLinear
@@ -76,6 +77,7 @@ class GPTQQuantizer:
         """
         check_causal_lm(model)
         cfg = self.config
+        split_stacked_experts(model)  # MoE: quantize expert by expert (GPT-QModel's layout), not stacked tensors
         prefix, layers = decoder_layers(model)
         for i, layer in enumerate(layers):
             for name, lin in block_linears(layer, f"{prefix}.{i}", cfg.modules_to_not_convert).items():

@@ -1,0 +1,115 @@
+"""Fused-MoE op vs transformers' per-expert loop, at Mixtral-8x7B and Qwen3-30B-A3B layer shapes (random weights).
+
+For each shape and token count: median time of `fused_moe` (Triton grouped GEMMs) and of the PyTorch
+per-expert loop transformers runs (`fused_moe_reference`, the same math and rounding), the bytes of
+expert weights the step must read (experts hit at least once) and the time that takes at the measured
+copy bandwidth (the decode roofline), and the matmul floor for large token counts.
+
+    python benchmarks/bench_fused_moe.py --out fused_moe.json
+    python benchmarks/bench_fused_moe.py --smoke          # tiny shapes on CPU (interpreter off): checks the script
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+
+from optimum_amdx.kernels.fused_moe import fused_moe, fused_moe_reference, route_topk
+
+SHAPES = {  # hidden, expert intermediate, experts, top-k
+    "mixtral-8x7b": (4096, 14336, 8, 2),
+    "qwen3-30b-a3b": (2048, 768, 128, 8),
+}
+SMOKE = {"tiny": (64, 48, 4, 2)}
+
+
+def _median_time(fn, device: str, repeats: int) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device.startswith("cuda"):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def bench_shape(name: str, shape: tuple[int, int, int, int], tokens: int, dtype: torch.dtype, device: str,
+                repeats: int, copy_bw: float | None, flops: float | None) -> dict[str, Any]:
+    hidden, inter, experts, top_k = shape
+    g = torch.Generator(device="cpu").manual_seed(tokens)
+    x = torch.randn(tokens, hidden, generator=g).to(device, dtype)
+    w1 = (torch.randn(experts, 2 * inter, hidden, generator=g) * hidden ** -0.5).to(device, dtype)
+    w2 = (torch.randn(experts, hidden, inter, generator=g) * inter ** -0.5).to(device, dtype)
+    weights, ids = route_topk(torch.randn(tokens, experts, generator=g).to(device), top_k, True)
+    out = fused_moe(x, w1, w2, weights, ids)
+    ref = fused_moe_reference(x, w1, w2, weights, ids)
+    err = (out.float() - ref.float()).abs().max().item()
+    fused_s = _median_time(lambda: fused_moe(x, w1, w2, weights, ids), device, repeats)
+    loop_s = _median_time(lambda: fused_moe_reference(x, w1, w2, weights, ids), device, repeats)
+    hit = int(torch.unique(ids).numel())
+    weight_bytes = hit * 3 * hidden * inter * x.element_size()
+    row = {"shape": name, "tokens": tokens, "dtype": str(dtype).replace("torch.", ""), "experts_hit": hit,
+           "fused_ms": fused_s * 1e3, "loop_ms": loop_s * 1e3, "speedup": loop_s / fused_s, "max_abs_err": err,
+           "weight_bytes": weight_bytes}
+    if copy_bw:
+        row["bw_floor_ms"] = weight_bytes / copy_bw * 1e3
+        row["pct_of_bw_floor"] = 100 * row["bw_floor_ms"] / row["fused_ms"]
+    if flops:
+        row["flop_floor_ms"] = 2 * tokens * top_k * 3 * hidden * inter / flops * 1e3
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", default="1,8,32,128,512,2048")
+    parser.add_argument("--dtype", default="bf16", choices=["fp16", "bf16"])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, to check the script runs")
+    parser.add_argument("--out", default=None, help="write the rows as JSON here")
+    args = parser.parse_args(argv)
+    tokens = [int(t) for t in args.tokens.split(",") if t]
+    if args.smoke:
+        device, dtype, shapes, copy_bw, flops = "cpu", torch.float32, SMOKE, None, None
+        tokens, args.repeats = [1, 7], 2
+    else:
+        if not torch.cuda.is_available():
+            print("benchmarks/bench_fused_moe.py needs a GPU (or --smoke).", file=sys.stderr)
+            return 2
+        from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
+
+        device, shapes = "cuda", SHAPES
+        dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
+        copy_bw = measure_copy_bandwidth(device)
+        flops = measure_matmul_flops(device, dtype)
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    rows = [bench_shape(s, shape, t, dtype, device, args.repeats, copy_bw, flops)
+            for s, shape in shapes.items() for t in tokens]
+    print(f"device: {name}")
+    print(f"{'shape':<14} {'tokens':>6} {'hit':>4} {'fused ms':>9} {'loop ms':>9} {'speedup':>8} {'% bw floor':>10} {'err':>9}")
+    for r in rows:
+        pct = f"{r['pct_of_bw_floor']:.0f}%" if "pct_of_bw_floor" in r else "-"
+        print(f"{r['shape']:<14} {r['tokens']:>6} {r['experts_hit']:>4} {r['fused_ms']:>9.3f} {r['loop_ms']:>9.3f} "
+              f"{r['speedup']:>7.2f}x {pct:>10} {r['max_abs_err']:>9.2e}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": name, "copy_bw_Bps": copy_bw, "matmul_flops": flops, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""MoE experts as one set of linears per expert: the layout GPTQ checkpoints of MoE models use.
+
+transformers 5 stores a sparse-MoE block's experts stacked (`experts.gate_up_proj [E, 2I, H]`,
+`experts.down_proj [E, H, I]`); GPT-QModel quantizes experts one linear at a time and names them
+`mlp.experts.<e>.gate_proj / up_proj / down_proj` (Qwen3-MoE's own naming; Mixtral's older
+`block_sparse_moe.experts.<e>.w1/w3/w2` names are not read). `ExpertLinears` is that layout as a module:
+a ModuleList of experts whose `forward(hidden, top_k_index, top_k_weights)` is transformers' expert
+loop, so the block's router and the rest of the model are unchanged. `split_stacked_experts` swaps it
+in (weights become views of the stacked tensors, nothing is copied), before quantizing or before
+loading a checkpoint in that layout.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import torch
+from torch import nn
+
+__all__ = ["ExpertLinears", "split_stacked_experts", "has_per_expert_keys"]
+
+_PER_EXPERT = re.compile(r"\.experts\.\d+\.(gate_proj|up_proj|down_proj)$")
+
+
+class _Expert(nn.Module):
+    def __init__(self, gate_proj: nn.Module, up_proj: nn.Module, down_proj: nn.Module) -> None:
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
+
+
+class ExpertLinears(nn.ModuleList):
+    """Experts `[e].gate_proj/up_proj/down_proj` (nn.Linear or QuantLinear) with transformers' expert loop."""
+
+    def __init__(self, experts: list[_Expert], act_fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__(experts)
+        self.act_fn = act_fn
+        self.num_experts = len(experts)
+
+    @classmethod
+    def from_stacked(cls, stacked: nn.Module) -> "ExpertLinears":
+        """Per-expert nn.Linear views of a transformers stacked-experts module's tensors."""
+        gate_up, down = stacked.gate_up_proj, stacked.down_proj
+        inter = gate_up.shape[1] // 2
+        experts = []
+        for e in range(gate_up.shape[0]):
+            lins = []
+            for weight in (gate_up[e, :inter], gate_up[e, inter:], down[e]):
+                lin = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+                lin.weight = nn.Parameter(weight.detach(), requires_grad=False)
+                lins.append(lin)
+            experts.append(_Expert(*lins))
+        return cls(experts, stacked.act_fn)
+
+    def expert_output(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """down(act(gate(x)) * up(x)) of expert `e`."""
+        expert = self[e]
+        return expert.down_proj(self.act_fn(expert.gate_proj(x)) * expert.up_proj(x))
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+        """transformers' expert loop: each expert's output scaled by its routing weight, summed per token."""
+        out = torch.zeros_like(hidden_states)
+        flat_ids = top_k_index.reshape(-1)
+        tokens = torch.arange(hidden_states.shape[0], device=hidden_states.device).repeat_interleave(top_k_index.shape[1])
+        flat_w = top_k_weights.reshape(-1)
+        for e in torch.unique(flat_ids).tolist():
+            sel = (flat_ids == e).nonzero(as_tuple=True)[0]
+            rows = tokens[sel]
+            h = self.expert_output(e, hidden_states[rows])
+            out.index_add_(0, rows, (h * flat_w[sel, None]).to(out.dtype))
+        return out
+
+
+def _is_stacked(module: nn.Module) -> bool:
+    gate_up = getattr(module, "gate_up_proj", None)
+    return isinstance(gate_up, torch.Tensor) and gate_up.dim() == 3 and hasattr(module, "down_proj")
+
+
+def split_stacked_experts(model: nn.Module) -> int:
+    """Replace every stacked-experts module of `model` by `ExpertLinears` (views, no copy); returns how many."""
+    names = [name for name, m in model.named_modules() if name.endswith("experts") and _is_stacked(m)]
+    for name in names:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, ExpertLinears.from_stacked(getattr(parent, attr)))
+    return len(names)
+
+
+def has_per_expert_keys(linear_names: list[str]) -> bool:
+    """Whether a checkpoint's quantized linears include per-expert ones (`...experts.<e>.gate_proj`)."""
+    return any(_PER_EXPERT.search(n) for n in linear_names)
