@@ -10,7 +10,8 @@ rm -rf "$out"
 mkdir -p "$out"
 amdx="$bin/optimum-amdx"
 json="$bin/python -m json.tool"
-step() { echo "--- smoke: $*" >&2; }
+start=$(date +%s)
+step() { echo "--- smoke [$(( $(date +%s) - start )) s]: $*" >&2; }
 
 step "--version"
 "$amdx" --version
@@ -37,4 +38,4 @@ test -s "$out/onnx/model.onnx"
 step "launch --dry-run"
 printf 'print("hello")\n' > "$out/hello.py"
 "$amdx" launch --cpu --gpus 1 --dry-run -- "$out/hello.py"
-echo "every CLI command ran on the default model" >&2
+step "done: every CLI command ran on the default model"

@@ -55,8 +55,26 @@ def _load(args: argparse.Namespace, device: str, folder):  # noqa: ANN001 - a mo
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from ..output import data_stdout
+
+    with data_stdout() as out:  # only the text on stdout; library log lines (DeepSpeed's, at import) go to stderr
+        return _generate(args, out)
+
+
+def _streamer(tokenizer, out, skip_prompt: bool):  # noqa: ANN001, ANN202 - a tokenizer, a text stream
+    """transformers' TextStreamer, writing to `out` instead of whatever sys.stdout is."""
     from transformers import TextStreamer
+
+    class _Streamer(TextStreamer):
+        def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+            out.write(text + ("\n" if stream_end else ""))
+            out.flush()
+
+    return _Streamer(tokenizer, skip_prompt=skip_prompt, skip_special_tokens=True)
+
+
+def _generate(args: argparse.Namespace, out) -> int:  # noqa: ANN001 - a text stream
+    import torch
 
     from ...errors import InvalidArgumentError
     from ...models import default_device, load_tokenizer, open_model
@@ -83,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
     inputs = tokenizer(text, return_tensors="pt").to(device)
     if args.chat:
         # the chat template adds a system prompt and role markers: show the user's prompt, not the template
-        print(args.prompt, flush=True)
-    streamer = TextStreamer(tokenizer, skip_prompt=args.chat, skip_special_tokens=True)
+        out.write(args.prompt + "\n")
+    streamer = _streamer(tokenizer, out, skip_prompt=args.chat)
     start = time.perf_counter()
     output = model.generate(**inputs, streamer=streamer, pad_token_id=tokenizer.pad_token_id, **_sampling_kwargs(args))
     elapsed = time.perf_counter() - start
