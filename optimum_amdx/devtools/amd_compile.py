@@ -136,6 +136,20 @@ def _attrs(spec: CompileSpec) -> dict[tuple[int, ...], list[list[Any]]]:
             if ty.startswith("*") or name in divisible}
 
 
+def full_signature(spec: CompileSpec) -> tuple[dict[str, str], dict[str, Any]]:
+    """The spec's signature and constexprs, completed with the kernel's defaulted constexpr arguments.
+
+    A launch may leave those out (the kernel's default applies); Triton 3.6's compiler filled them in
+    from the function, 3.7 and later fail with "'NoneType' object has no attribute '_unflatten_ir'".
+    So the check passes them explicitly, with the default, as a launch that omits them gets."""
+    signature, constexprs = dict(spec.signature), dict(spec.constexprs)
+    for param in spec.kernel.params:
+        if param.name not in signature and param.is_constexpr and param.has_default:
+            signature[param.name] = "constexpr"
+            constexprs[param.name] = param.default
+    return signature, constexprs
+
+
 def compile_options(spec: CompileSpec, arch: str) -> dict[str, Any]:
     """The spec's options for `arch` on top of the options every launch pins (`triton_compat`)."""
     return {**PINNED_COMPILE_OPTIONS, **spec.options(arch)}
@@ -146,7 +160,8 @@ def spec_key(spec: CompileSpec, arch: str) -> str:
     options, arch and the Triton version."""
     import triton
 
-    payload = json.dumps([spec.kernel.cache_key, spec.signature, {k: repr(v) for k, v in spec.constexprs.items()},
+    signature, constexprs = full_signature(spec)
+    payload = json.dumps([spec.kernel.cache_key, signature, {k: repr(v) for k, v in constexprs.items()},
                           compile_options(spec, arch), arch, triton.__version__, sorted(_attrs(spec))],
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
@@ -172,7 +187,8 @@ def compile_one(mod_name: str, index: int, arch: str) -> CompileResult:
     opts = compile_options(spec, arch)
     key = spec_key(spec, arch)
     try:
-        src = ASTSource(spec.kernel, dict(spec.signature), dict(spec.constexprs), _attrs(spec))
+        signature, constexprs = full_signature(spec)
+        src = ASTSource(spec.kernel, signature, constexprs, _attrs(spec))
         compiled = triton.compile(src, target=GPUTarget("hip", arch, WAVE_SIZE[arch]), options=dict(opts))
     except Exception as exc:  # a compile failure is a table row, reported and failed by the test
         msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
