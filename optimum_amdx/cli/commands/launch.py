@@ -20,8 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("script", nargs=argparse.REMAINDER, help="-- script.py [args...]")
 
 
-def _check_script(script: list[str]) -> None:
-    """A script to run must be named and exist (torchrun would fail later, once per process, with tracebacks)."""
+def _check_script(script: list[str], must_exist: bool = True) -> None:
+    """A script to run must be named and, unless only planning (--dry-run), exist (torchrun would fail later,
+    once per process, with tracebacks)."""
     import os
 
     from ...errors import InvalidArgumentError
@@ -35,7 +36,7 @@ def _check_script(script: list[str]) -> None:
         return
     if first.startswith("-"):
         return  # torchrun options before the script: torchrun checks them
-    if not os.path.isfile(first):
+    if must_exist and not os.path.isfile(first):
         raise InvalidArgumentError(f"Script {first} does not exist (looked in {os.getcwd()}); check the path.")
 
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     script = list(args.script)
     if script and script[0] == "--":
         script = script[1:]
-    _check_script(script)
+    _check_script(script, must_exist=not args.dry_run)
     if args.gpus < 1:
         raise InvalidArgumentError(f"--gpus must be at least 1, got {args.gpus}.")
     topology = None
