@@ -173,8 +173,12 @@ class _CheckpointFused(_Projection):
         super().__init__([module])
         self.sizes = sizes
 
-    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
-        return list(self.modules[0](x).split(self.sizes, dim=-1))
+    def fused_output(self, x: torch.Tensor, linear=torch.nn.functional.linear) -> torch.Tensor:
+        out = super().fused_output(x, linear)
+        return self.modules[0](x) if out is None else out
+
+    def __call__(self, x: torch.Tensor, linear=torch.nn.functional.linear) -> list[torch.Tensor]:
+        return list(self.fused_output(x, linear).split(self.sizes, dim=-1))
 
 
 def _projection(modules: list[nn.Module], sizes: list[int]) -> _Projection:

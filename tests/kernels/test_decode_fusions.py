@@ -54,7 +54,7 @@ def _skinny_gemm_in_the_interpreter(monkeypatch):
     monkeypatch.setitem(_skinny_gemm_triton._FAMILY_MAX_M, "cpu", MAX_M)
 
 def test_rope_cache_reference_matches_the_unfused_ops():
-    from optimum_amdx.kernels.attention_reference import reshape_and_cache_reference
+    from optimum_amdx.kernels.paged_attention import reshape_and_cache_reference
     from optimum_amdx.kernels.rotary import rotary_embedding_reference
 
     qkv, q, k, v, cos, sin, pos, slots, kc, vc = _rope_case(5, 4, 2, 16, 8, torch.float32, seed=3)

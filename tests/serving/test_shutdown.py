@@ -29,9 +29,10 @@ def test_sigterm_finishes_in_flight_stream_and_exits_zero(tiny_dir, tmp_path):
     port = _free_port()
     log = open(tmp_path / "server.log", "w+")
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("TRITON_INTERPRET", None)  # set by the kernel tests' conftest; the server runs PyTorch on the CPU
     proc = subprocess.Popen([sys.executable, "-m", "optimum_amdx", "serve", "--model", str(tiny_dir), "--port",
                              str(port), "--device", "cpu", "--max-num-seqs", "4", "--max-model-len", "256",
-                             "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=env)
+                             "--log-level", "warning", "--shutdown-timeout", "50"], stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         end = time.monotonic() + STARTUP_S
@@ -47,7 +48,7 @@ def test_sigterm_finishes_in_flight_stream_and_exits_zero(tiny_dir, tmp_path):
         first = threading.Event()
 
         def stream() -> None:
-            body = {"model": str(tiny_dir), "prompt": "the value of", "max_tokens": 200, "temperature": 0,
+            body = {"model": str(tiny_dir), "prompt": "the value of", "max_tokens": 64, "temperature": 0,
                     "stream": True}
             with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=EXIT_S) as res:
                 for line in res.iter_lines():
