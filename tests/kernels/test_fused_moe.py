@@ -57,8 +57,11 @@ def test_fp32_kernel_with_uneven_k_and_unused_experts():
     x, w1, w2, _, _ = _problem(4, 11, 40, 24, 6, 2, torch.float32)
     ids = torch.tensor([[1, 4]] * 11, device=DEVICE)
     weights = torch.rand(11, 2, generator=torch.Generator().manual_seed(1)).to(DEVICE)
-    torch.testing.assert_close(fused_moe(x, w1, w2, weights, ids), fused_moe_reference(x, w1, w2, weights, ids),
-                               atol=1e-4, rtol=1e-4)
+    got, ref = fused_moe(x, w1, w2, weights, ids), fused_moe_reference(x, w1, w2, weights, ids)
+    # the interpreter multiplies in full fp32; a GPU's float32 tl.dot runs on the matrix units in tf32
+    # (about 1e-3 relative, measured 3.6e-3 absolute on an H200), as Triton's default input precision says
+    tol = 1e-4 if DEVICE == "cpu" else 1e-2
+    torch.testing.assert_close(got, ref, atol=tol, rtol=tol)
 
 
 def test_moe_align_sorts_pairs_by_expert_and_pads_each_run():
