@@ -243,7 +243,6 @@ def export_model(
         )
 
     with atomic_output_dir(output, overwrite) as tmp:
-        tmp.chmod(0o755)  # mkdtemp makes it private; the export is an ordinary shared folder
         raw = tmp / ONNX_FILE
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
