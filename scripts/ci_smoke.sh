@@ -35,6 +35,30 @@ step "eval-ppl (small)"
 step "export"
 "$amdx" export --model default "$out/onnx"
 test -s "$out/onnx/model.onnx"
+step "serve: /health, one completion, SIGTERM exits 0"
+port=$("$bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$amdx" serve --model default --device cpu --port "$port" --max-num-seqs 2 --max-model-len 512 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true' EXIT
+"$bin/python" - "$port" <<'PY'
+import json, sys, time, urllib.request
+url = f"http://127.0.0.1:{sys.argv[1]}"
+for _ in range(600):
+    try:
+        if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
+            break
+    except OSError:
+        time.sleep(0.5)
+else:
+    sys.exit("serve did not come up")
+body = json.dumps({"model": "default", "prompt": "The three primary colors are", "max_tokens": 8}).encode()
+req = urllib.request.Request(f"{url}/v1/completions", body, {"Content-Type": "application/json"})
+answer = json.load(urllib.request.urlopen(req, timeout=300))
+assert answer["choices"][0]["text"] and answer["usage"]["completion_tokens"] > 0, answer
+PY
+kill -TERM "$server"
+wait "$server"
+trap - EXIT
 step "launch --dry-run"
 printf 'print("hello")\n' > "$out/hello.py"
 "$amdx" launch --cpu --gpus 1 --dry-run -- "$out/hello.py"
