@@ -8,11 +8,13 @@ data to the stream it is given, which is the real stdout.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import functools
 import io
 import os
 import sys
-from typing import Iterator, TextIO
+from typing import Callable, Iterator, TextIO
 
 
 @contextlib.contextmanager
@@ -47,3 +49,20 @@ def data_stdout() -> Iterator[TextIO]:
             data.close()
         except OSError:
             pass  # already reported by the flush above
+
+
+def json_data_command(run: Callable[[argparse.Namespace, TextIO], int]) -> Callable[[argparse.Namespace], int]:
+    """Give a command's `run(args, out)` the real stdout, made data-only when `--json` was asked for.
+
+    With `--json` the command's whole run happens inside `data_stdout()`, so progress bars, library logs
+    and warnings reach stderr and `> result.json` holds the JSON alone; without it `out` is plain stdout.
+    """
+
+    @functools.wraps(run)
+    def wrapper(args: argparse.Namespace) -> int:
+        if getattr(args, "json", False):
+            with data_stdout() as out:
+                return run(args, out)
+        return run(args, sys.stdout)
+
+    return wrapper

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TextIO
+
+from ..output import json_data_command
 
 NAME = "eval-ppl"
 HELP = "Perplexity of a causal LM (plain or GPTQ) on held-out text, to compare fp16, RTN and GPTQ."
@@ -27,7 +30,8 @@ def _context_length(config: dict) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def run(args: argparse.Namespace) -> int:
+@json_data_command
+def run(args: argparse.Namespace, stdout: TextIO) -> int:
     import time
 
     from ...models import default_device, load_model, load_tokenizer, open_model, parse_dtype
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
               "windows": n_windows, "tokens": n_windows * args.seqlen, "perplexity": ppl, "seconds": round(seconds, 2),
               "device": device, "dtype": str(dtype).replace("torch.", "")}
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result), file=stdout)
     else:
         print(f"perplexity {ppl:.3f} on {result['tokens']} tokens of {args.dataset} ({split}); "
               f"{'GPTQ' if gptq else 'unquantized'} model, {result['dtype']} on {device}, {seconds:.1f} s")

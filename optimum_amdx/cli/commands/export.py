@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TextIO
 import sys
+
+from ..output import json_data_command
 
 NAME = "export"
 HELP = "Export a transformers model to ONNX for ONNX Runtime on AMD GPUs (MIGraphX / ROCm EP) or the CPU."
@@ -81,7 +84,8 @@ def parse_static_shapes(items: list[str] | None):
     return StaticShapes(tuple(parse_buckets(values["batch"])), tuple(parse_buckets(values["sequence"])), capacity)
 
 
-def run(args: argparse.Namespace) -> int:
+@json_data_command
+def run(args: argparse.Namespace, stdout: TextIO) -> int:
     """Export, validate and write the folder; print a one-line summary (or JSON)."""
     import time
 
@@ -96,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     )
     meta = result.metadata
     if args.json:
-        print(json.dumps({"output_dir": str(result.output_dir), **meta}, indent=2))
+        print(json.dumps({"output_dir": str(result.output_dir), **meta}, indent=2), file=stdout)
     else:
         val = meta.get("validation")
         if not val:

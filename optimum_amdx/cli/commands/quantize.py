@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TextIO
+
+from ..output import json_data_command
 
 NAME = "quantize"
 HELP = "Quantize a causal LM to a standard GPTQ checkpoint (GPTQ with calibration data, or RTN)."
@@ -74,7 +77,8 @@ def _calibration_size(args: argparse.Namespace, device: str) -> tuple[int, int]:
     return samples, seqlen
 
 
-def run(args: argparse.Namespace) -> int:
+@json_data_command
+def run(args: argparse.Namespace, stdout: TextIO) -> int:
     """Check everything that can be checked (output folder, sizes, model type, calibration text) before the
     model loads; then quantize and save atomically."""
     from ...io import check_output_dir, parse_size
@@ -109,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     total_error = sum(s.error for s in quantizer.stats)
     if args.json:
         print(json.dumps({"output": str(out), "method": method, "seconds": round(quantizer.seconds, 2),
-                          "total_error": total_error, "quantization_config": cfg.to_quantization_config()}))
+                          "total_error": total_error, "quantization_config": cfg.to_quantization_config()}), file=stdout)
     else:
         print(f"saved {method.upper()} {cfg.bits}-bit checkpoint to {out} ({quantizer.seconds:.1f} s)")
     return 0
