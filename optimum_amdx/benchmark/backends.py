@@ -39,7 +39,7 @@ class ModelSource:
                 "model_type": getattr(self.config, "model_type", None)}
 
 
-def resolve_source(name: str) -> ModelSource:
+def resolve_source(name: str, allow_pickle: bool = False) -> ModelSource:
     """A named shape (`optimum_amdx.models.shapes.SHAPES`), else anything `open_model` accepts."""
     from ..models import open_model
     from ..models.shapes import SHAPES, shape_config
@@ -48,7 +48,7 @@ def resolve_source(name: str) -> ModelSource:
         return ModelSource(name=name, kind="shape", config=shape_config(name))
     from transformers import AutoConfig
 
-    folder = open_model(name)
+    folder = open_model(name, allow_pickle=allow_pickle)
     return ModelSource(name=name, kind="pretrained", config=AutoConfig.from_pretrained(folder.path), path=folder.path,
                        folder=folder)
 

@@ -45,6 +45,8 @@ class BenchmarkSpec:
     tunable_op: bool = False
     tunable_op_dir: str | None = None
     threads: int | None = None
+    allow_pickle: bool = False
+    """Allow a checkpoint folder whose weights exist only as .bin/.pt (runs pickle: trusted sources only)."""
 
 
 def defaults_for(device: str) -> dict[str, Any]:
@@ -236,7 +238,7 @@ def _run(spec: BenchmarkSpec, device: str, log: Callable[[str], None]) -> dict[s
     spec.backends = names
     log(f"device: {env['device_name']} ({env['arch']}); backends: {', '.join(names)}")
     ceil = ceilings(env, device, spec.gpu, spec.measure_ceilings)
-    source = resolve_source(spec.model)
+    source = resolve_source(spec.model, allow_pickle=spec.allow_pickle)
     geom = roofline.ModelGeometry.from_config(source.config)
     points = [(b, p, n) for b in spec.batch_sizes for p in spec.prompt_lengths for n in spec.new_tokens]
     sizes = LoadSizes(max(spec.batch_sizes), max(spec.prompt_lengths),

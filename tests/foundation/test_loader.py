@@ -7,6 +7,7 @@ Every model here is a tiny seeded random Llama saved to tmp_path (and then damag
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 
 import pytest
@@ -233,6 +234,13 @@ def test_allow_pickle_flag_on_quantize_and_eval_ppl(tmp_path, reference, capsys)
     args = ["eval-ppl", "--model", str(folder), "--device", "cpu", "--seqlen", "16", "--max-windows", "1", "--json"]
     assert cli(args) == 2 and "--allow-pickle" in capsys.readouterr().err
     assert cli(args + ["--allow-pickle"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    bench = ["benchmark", "--model", str(folder), "--backends", "rocm", "--device", "cpu", "--batch-sizes", "1",
+             "--prompt-lengths", "4", "--new-tokens", "2", "--warmup", "0", "--repeats", "1", "--no-plots", "--json",
+             "-o", str(tmp_path / "bench")]
+    assert cli(bench) == 2 and "--allow-pickle" in capsys.readouterr().err
+    assert cli(bench + ["--allow-pickle"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["results"][0]["status"] == "ok"
 
 
 def test_allow_pickle_still_prefers_safetensors(tmp_path, tiny, reference):

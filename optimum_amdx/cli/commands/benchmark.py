@@ -60,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where results.json, table.txt and the PNGs go (default: benchmark-results/<model>-<time>)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="allow a checkpoint folder with only .bin/.pt weights (runs pickle; only for sources you trust)")
     parser.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
                         help="compare two results.json files and print before/after deltas (runs nothing)")
@@ -192,7 +194,7 @@ def _run(args: argparse.Namespace, out) -> int:  # noqa: ANN001 - a text stream
         batch_sizes=args.batch_sizes, prompt_lengths=args.prompt_lengths, new_tokens=args.new_tokens,
         warmup=args.warmup, repeats=args.repeats, seed=args.seed, device=args.device, gpu=args.gpu,
         measure_ceilings=args.measure_ceilings, tunable_op=args.tunable_op, tunable_op_dir=args.tunable_op_dir,
-        threads=args.threads,
+        threads=args.threads, allow_pickle=args.allow_pickle,
     )
     _quiet_transformers()
     doc = run_benchmark(spec, log=lambda line: print(line, file=sys.stderr, flush=True))
