@@ -404,6 +404,139 @@ def _w4a16_xpack_kernel(x_ptr, perm_ptr, xp_ptr, K, n_pairs, HAS_PERM: tl.conste
     tl.store(xp_ptr + i, lo | (hi << 16), mask=mask)
 
 
+_LDG_H_V_ASM = tl.constexpr("ld.global.nc.b16 $0, [$1];")
+
+
+@triton.jit
+def _ld_col(ptrs):
+    """fp16 column values as float32 (see `_col_sz`; pure, so the copies a thread holds share one load)."""
+    return tl.inline_asm_elementwise(_LDG_H_V_ASM, "=h,l", [ptrs], dtype=tl.float16, is_pure=True, pack=1).to(tl.float32)
+
+
+@triton.jit
+def _tile_consts(s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
+                 CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr):
+    """What the packed loop needs besides the weight words of tile (nb, kt): the four activation-pair
+    vectors, the negated bias pairs and the float32 scales of its group slots (unused slots repeat).
+    Per-column values are 1-D: carried through the loop as ``[BLOCK_N, 1]`` they would hold one
+    register per replica of the tile layout (4x the registers)."""
+    k0 = kt * 128
+    xb = xp_ptr + kt * 64 + offs_r
+    x0 = tl.load(xb)[None, :]
+    x1 = tl.load(xb + 16)[None, :]
+    x2 = tl.load(xb + 32)[None, :]
+    x3 = tl.load(xb + 48)[None, :]
+    cols = tl.minimum(nb * BLOCK_N + offs_loc, N - 1)
+    g0 = _group_of(k0, K, GROUP_SIZE, EVEN_K)
+    s0 = _ld_col(s_ptr + g0 * N + cols)
+    if HAS_ZEROS:
+        z0 = _ld_col(z_ptr + g0 * N + cols)
+    else:
+        z0 = tl.full(s0.shape, 8.0, tl.float32)
+    if CHUNKS == 1:
+        zl0, zh0 = _bias_pairs(z0, z0)
+        return x0, x1, x2, x3, zl0, zh0, zl0, zh0, s0, s0, s0, s0
+    elif CHUNKS == 2:
+        g1 = _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K)
+        s1 = _ld_col(s_ptr + g1 * N + cols)
+        if HAS_ZEROS:
+            z1 = _ld_col(z_ptr + g1 * N + cols)
+        else:
+            z1 = z0
+        zl0, zh0 = _bias_pairs(z0, z1)
+        return x0, x1, x2, x3, zl0, zh0, zl0, zh0, s0, s1, s0, s1
+    else:
+        g1 = _group_of(k0 + 32, K, GROUP_SIZE, EVEN_K)
+        g2 = _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K)
+        g3 = _group_of(k0 + 96, K, GROUP_SIZE, EVEN_K)
+        s1 = _ld_col(s_ptr + g1 * N + cols)
+        s2 = _ld_col(s_ptr + g2 * N + cols)
+        s3 = _ld_col(s_ptr + g3 * N + cols)
+        if HAS_ZEROS:
+            z1 = _ld_col(z_ptr + g1 * N + cols)
+            z2 = _ld_col(z_ptr + g2 * N + cols)
+            z3 = _ld_col(z_ptr + g3 * N + cols)
+        else:
+            z1, z2, z3 = z0, z0, z0
+        zl0, zh0 = _bias_pairs(z0, z2)
+        zl1, zh1 = _bias_pairs(z1, z3)
+        return x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3
+
+
+@triton.jit
+def _flush_row(acc2, nb, kt, u, u0, n_prog, n_units, KT, NB, N, pid_m, offs_loc, out_ptr, ws_ptr, cnt_ptr, bias_ptr,
+               stride_om, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """One row: the partial sums of column block nb leave the program (see the stream kernel's flush)."""
+    offs_n = nb * BLOCK_N + offs_loc
+    res = tl.sum(acc2, axis=1)
+    out_mask = offs_n < N
+    out_ptrs = out_ptr + pid_m * stride_om + offs_n
+    first = nb * KT
+    if (u0 <= first) & (kt == KT - 1):
+        if HAS_BIAS:
+            res += _bias_cols(bias_ptr, offs_n, N, 1)
+        tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        ws_ptrs = ws_ptr + pid_m * N + offs_n
+        tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
+        tl.debug_barrier()
+        p_first = ((first + 1) * n_prog - 1) // n_units
+        p_last = ((first + KT) * n_prog - 1) // n_units
+        cnt = cnt_ptr + pid_m * NB + nb
+        ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
+        if ticket == p_last - p_first:
+            old = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)), tl.zeros(res.shape, dtype=tl.int32),
+                                 mask=out_mask, sem="acq_rel")
+            total = old.to(tl.float32, bitcast=True)
+            if HAS_BIAS:
+                total += _bias_cols(bias_ptr, offs_n, N, 1)
+            tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.debug_barrier()
+            tl.atomic_xchg(cnt, 0, sem="acq_rel")
+
+
+@triton.jit
+def _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, u0, u1, pid_m, n_prog,
+                       n_units, N, K, KT, NB, stride_om, GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr,
+                       BLOCK_N: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
+                       FENCE: tl.constexpr):
+    """The one-row packed loop with everything of the next tile in flight during this one's math:
+    its weight words, activation pairs, scales and zeros are loaded before the current tile is
+    computed. FENCE=2 puts a branch that is never taken between the loads and the math: ptxas
+    schedules within a basic block and otherwise sinks the loads below the math (sm_90 SASS)."""
+    TILE_WORDS: tl.constexpr = BLOCK_N * 16
+    offs_loc = tl.arange(0, BLOCK_N)
+    offs_r = tl.arange(0, 16)
+    tile_offs = offs_loc[:, None] * 16 + offs_r[None, :]
+    nb = u0 // KT
+    kt = u0 - nb * KT
+    cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
+    x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _tile_consts(
+        s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
+    acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
+    for u in range(u0, u1):
+        un = tl.minimum(u + 1, u1 - 1)  # the last iteration reloads its own tile (L2 hits)
+        nbn = un // KT
+        ktn = un - nbn * KT
+        nxt = tl.load(qw_ptr + un * TILE_WORDS + tile_offs)
+        y0, y1, y2, y3, yl0, yh0, yl1, yh1, t0, t1, t2, t3 = _tile_consts(
+            s_ptr, z_ptr, xp_ptr, nbn, ktn, offs_loc, offs_r, K, N, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
+        if FENCE == 1:
+            tl.debug_barrier()
+        elif FENCE == 2:
+            if un < 0:
+                tl.store(cnt_ptr + un, 0)
+        acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl0[:, None], zh0[:, None], zl1[:, None], zh1[:, None], s0[:, None],
+                      s1[:, None], s2[:, None], s3[:, None], CHUNKS)
+        if (kt == KT - 1) | (u == u1 - 1):
+            _flush_row(acc2, nb, kt, u, u0, n_prog, n_units, KT, NB, N, pid_m, offs_loc, out_ptr, ws_ptr, cnt_ptr,
+                       bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
+            acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
+        cur = nxt
+        nb, kt = nbn, ktn
+        x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3 = y0, y1, y2, y3, yl0, yh0, yl1, yh1, t0, t1, t2, t3
+
+
 @triton.jit
 def _bias_cols(bias_ptr, offs_n, N, BLOCK_M: tl.constexpr):
     """The bias of columns `offs_n` (float32): 1-D for one row, ``[BLOCK_N, 1]`` for an M block."""
@@ -423,6 +556,7 @@ def _w4a16_stream_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
+    LOOKAHEAD: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -434,6 +568,10 @@ def _w4a16_stream_kernel(
     n_prog = tl.num_programs(0)
     u0 = pid * n_units // n_prog
     u1 = (pid + 1) * n_units // n_prog
+    if BLOCK_M == 1 and PACKED and LOOKAHEAD:
+        _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, u0, u1, pid_m, n_prog,
+                           n_units, N, K, KT, NB, stride_om, GROUP_SIZE, CHUNKS, BLOCK_N, HAS_ZEROS, HAS_BIAS, EVEN_K, FENCE)
+        return
     offs_loc = tl.arange(0, BLOCK_N)
     offs_r = tl.arange(0, R)
     tile_offs = offs_loc[:, None] * R + offs_r[None, :]
@@ -789,7 +927,8 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         raise ValueError(f"the stream kernel takes at most {WS_ROWS} rows")
     gs = _group_arg(w)
     packed = packed_route(cfg, arch, x2.dtype, _chunks(gs))
-    xprep = packed and (w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
+    lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
+    xprep = packed and (lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
     xp = w.qweight
     if xprep:
         xp = torch.empty(kt * 64, dtype=torch.int32, device=x2.device)
@@ -798,7 +937,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
             BLOCK=XPACK_BLOCK, num_warps=4)
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
-           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True))
+           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
     ck = _w4a16_stream_kernel[(grid, m_blocks)](
@@ -808,7 +947,8 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=TILE_N, HAS_ZEROS=w.zeros is not None,
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
-        JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)), **launch_options(cfg, arch),
+        JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
+        LOOKAHEAD=lookahead, **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)
