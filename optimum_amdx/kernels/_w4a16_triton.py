@@ -16,7 +16,11 @@ other along K; nibble ``j`` of word ``r`` is input row ``kt * 128 + j * 16 + r``
   stores the output directly; otherwise float32 atomics go into a persistent workspace and the
   last contributor (a ticket per column block and M block) writes the output, adds the bias and
   clears the workspace: one launch, graph-safe.
-  One row (``BLOCK_M == 1``) is FMA work: each nibble plane meets a 16-value vector of x. Two or
+  One row (``BLOCK_M == 1``) is FMA work. On NVIDIA with fp16 activations it is the packed loop
+  (`_dot32`: inline PTX, two nibbles per 32-bit op, exact ``q - z`` in fp16x2, fp16 products summed
+  over at most 8 per half, float32 scale per group; the activation pairs it meets come from a
+  one-launch prepare kernel for act-order / ragged K); elsewhere (AMD, bf16, the interpreter, 16-row
+  groups) each nibble plane meets a 16-value vector of x in float32. Two or
   more rows dequantize each weight once per tile into fp16 and use one ``tl.dot`` per tile, the
   weight as the 128-row operand and x (padded to 16 rows at least) as the narrow one.
 - ``_w4a16_dequant_kernel`` (from `STREAM_MAX_M` rows on): writes the dense ``[N, K]`` weight
