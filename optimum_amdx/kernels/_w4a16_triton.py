@@ -212,8 +212,8 @@ def _dot8_asm(n_acc: int, n_out: int) -> str:
         names[f"ZL{a}"] = n_out + 5 + 2 * a
         names[f"ZH{a}"] = n_out + 6 + 2 * a
     body = _DOT8_HEAD
-    za, zb = ("ZL0", "ZH0") if n_acc == 1 else ("ZL0", "ZH0")
-    zc, zd = ("ZL0", "ZH0") if n_acc == 1 else ("ZL1", "ZH1")
+    za, zb = "ZL0", "ZH0"  # planes 0|4 and 1|5
+    zc, zd = ("ZL0", "ZH0") if n_acc == 1 else ("ZL1", "ZH1")  # planes 2|6 and 3|7
     body += f"add.f16x2 p0, p0, ${za};\nfma.rn.f16x2 p1, p1, c16, ${zb};\n"
     body += f"add.f16x2 p2, p2, ${zc};\nfma.rn.f16x2 p3, p3, c16, ${zd};\n"
     if n_acc == 1:
@@ -408,13 +408,10 @@ def _w4a16_xpack_kernel(x_ptr, perm_ptr, xp_ptr, K, n_pairs, HAS_PERM: tl.conste
     tl.store(xp_ptr + i, lo | (hi << 16), mask=mask)
 
 
-_LDG_H_V_ASM = tl.constexpr("ld.global.nc.b16 $0, [$1];")
-
-
 @triton.jit
 def _ld_col(ptrs):
     """fp16 column values as float32 (see `_col_sz`; pure, so the copies a thread holds share one load)."""
-    return tl.inline_asm_elementwise(_LDG_H_V_ASM, "=h,l", [ptrs], dtype=tl.float16, is_pure=True, pack=1).to(tl.float32)
+    return tl.inline_asm_elementwise(_LDG_H_ASM, "=h,l", [ptrs], dtype=tl.float16, is_pure=True, pack=1).to(tl.float32)
 
 
 @triton.jit
