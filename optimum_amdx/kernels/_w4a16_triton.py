@@ -604,7 +604,8 @@ def _w4a16_stream_kernel(
         w_l8 = cur << 8
         w_r8 = cur >> 8
         w_r16 = cur >> 16
-        if BLOCK_M == 1 and PACKED:  # fp16 x, NVIDIA: two nibbles per op (see `_DOT8_ASM_1`)
+        if BLOCK_M == 1 and PACKED:  # fp16 x, NVIDIA: two nibbles per op (see `_dot32_asm`)
+            tl.static_assert(XPREP or (not HAS_PERM and EVEN_K), "act-order and ragged K read prepared x pairs")
             x0 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 0, XPREP)
             x1 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 1, XPREP)
             x2 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 2, XPREP)
