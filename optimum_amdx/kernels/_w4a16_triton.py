@@ -16,7 +16,11 @@ other along K; nibble ``j`` of word ``r`` is input row ``kt * 128 + j * 16 + r``
   stores the output directly; otherwise float32 atomics go into a persistent workspace and the
   last contributor (a ticket per column block and M block) writes the output, adds the bias and
   clears the workspace: one launch, graph-safe.
-  One row (``BLOCK_M == 1``) is FMA work: each nibble plane meets a 16-value vector of x. Two or
+  One row (``BLOCK_M == 1``) is FMA work. On NVIDIA with fp16 activations it is the packed loop
+  (`_dot32`: inline PTX, two nibbles per 32-bit op, exact ``q - z`` in fp16x2, fp16 products summed
+  over at most 8 per half, float32 scale per group; the activation pairs it meets come from a
+  one-launch prepare kernel for act-order / ragged K); elsewhere (AMD, bf16, the interpreter, 16-row
+  groups) each nibble plane meets a 16-value vector of x in float32. Two or
   more rows dequantize each weight once per tile into fp16 and use one ``tl.dot`` per tile, the
   weight as the 128-row operand and x (padded to 16 rows at least) as the narrow one.
 - ``_w4a16_dequant_kernel`` (from `STREAM_MAX_M` rows on): writes the dense ``[N, K]`` weight
@@ -174,14 +178,386 @@ def _m1_plane(x_ptr, perm_ptr, packed, w_l16, w_l8, w_r8, w_r16, e7_bits, k0, of
     return xj, _nibble_biased(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, J) * xj[None, :]
 
 
+# ---------------------------------------------------------------- packed fp16 one-row path (NVIDIA)
+# Two nibbles per 32-bit op: nibbles j and j+4 of a word sit at bits 4j and 4j+16, so one LOP3 with
+# the mask 0x000F000F (or 0x00F000F0) and the bits of fp16x2 (1024, 1024) makes the pair
+# (1024 + q_j, 1024 + q_{j+4}) (or 1024 + 16 q); one HADD2 / HFMA2 with the column's (1024 + z) / (64 + z)
+# makes (q - z) exactly, and one HFMA2 multiplies by the activation pair (x_j, x_{j+4}). A word (8
+# weights) costs 1 shift + 4 LOP3 + 4 bias ops + 4 HFMA2 + the conversion of its fp16x2 sum to
+# float32 (at most 4 products per half are summed in fp16 before that). The scale is applied in
+# float32, once per word and group.
+_PAIR_ASM = tl.constexpr("mov.b32 $0, {$1, $2};")
+
+_DOT8_HEAD = """{
+.reg .b32 w8, p0, p1, p2, p3, c16, a, b;
+.reg .b16 lo, hi, lo2, hi2;
+.reg .f32 fl, fh;
+shr.u32 w8, $W, 8;
+lop3.b32 p0, $W, 0x000f000f, 0x64006400, 0xea;
+lop3.b32 p1, $W, 0x00f000f0, 0x64006400, 0xea;
+lop3.b32 p2, w8, 0x000f000f, 0x64006400, 0xea;
+lop3.b32 p3, w8, 0x00f000f0, 0x64006400, 0xea;
+mov.b32 c16, 0x2c002c00;
+"""
+
+
+def _dot8_asm(n_acc: int, n_out: int) -> str:
+    """PTX for one word: the sum over its 8 nibbles of (q - z) * x, as `n_out` float32 values (see
+    `_dot8`); `$W` is the word, `$X0..3` the activation pairs, `$ZL*` / `$ZH*` the negated bias pairs."""
+    n_args = 5 + 2 * n_acc
+    names = {"W": n_out}
+    for j in range(4):
+        names[f"X{j}"] = n_out + 1 + j
+    for a in range(n_acc):
+        names[f"ZL{a}"] = n_out + 5 + 2 * a
+        names[f"ZH{a}"] = n_out + 6 + 2 * a
+    body = _DOT8_HEAD
+    za, zb = "ZL0", "ZH0"  # planes 0|4 and 1|5
+    zc, zd = ("ZL0", "ZH0") if n_acc == 1 else ("ZL1", "ZH1")  # planes 2|6 and 3|7
+    body += f"add.f16x2 p0, p0, ${za};\nfma.rn.f16x2 p1, p1, c16, ${zb};\n"
+    body += f"add.f16x2 p2, p2, ${zc};\nfma.rn.f16x2 p3, p3, c16, ${zd};\n"
+    if n_acc == 1:
+        body += "mul.f16x2 a, p0, $X0;\nfma.rn.f16x2 a, p1, $X1, a;\nfma.rn.f16x2 a, p2, $X2, a;\nfma.rn.f16x2 a, p3, $X3, a;\n"
+        body += "mov.b32 {lo, hi}, a;\n"
+        if n_out == 1:
+            body += "cvt.f32.f16 fl, lo;\ncvt.f32.f16 fh, hi;\nadd.f32 $0, fl, fh;\n"
+        else:
+            body += "cvt.f32.f16 $0, lo;\ncvt.f32.f16 $1, hi;\n"
+    else:
+        body += "mul.f16x2 a, p0, $X0;\nfma.rn.f16x2 a, p1, $X1, a;\nmul.f16x2 b, p2, $X2;\nfma.rn.f16x2 b, p3, $X3, b;\n"
+        body += "mov.b32 {lo, hi}, a;\nmov.b32 {lo2, hi2}, b;\n"
+        body += "cvt.f32.f16 $0, lo;\ncvt.f32.f16 $1, lo2;\ncvt.f32.f16 $2, hi;\ncvt.f32.f16 $3, hi2;\n"
+    body += "}"
+    for name in sorted(names, key=len, reverse=True):
+        body = body.replace("$" + name, "$" + str(names[name]))
+    assert n_args == len(names)
+    return body
+
+
+_DOT8_ASM_1 = tl.constexpr(_dot8_asm(1, 1))
+_DOT8_ASM_2 = tl.constexpr(_dot8_asm(1, 2))
+_DOT8_ASM_4 = tl.constexpr(_dot8_asm(2, 4))
+"""`_DOT8_ASM_<CHUNKS>`, by scale groups per 128-row tile (scale groups per 128-row tile): one group (one float32 out), two groups (planes 0-3
+and 4-7: the pair's halves, two outs), four groups (planes 0-1, 2-3, 4-5, 6-7: two fp16x2 sums, four
+outs in group order)."""
+
+
+def _dot32_asm(chunks: int) -> str:
+    """PTX for `_dot32`: four words (pack=4: input rows r..r+3 of one column, held by one thread),
+    ``acc[e] += s_e * sum((q - z) * x)`` for the group slots e of the tile (`chunks` of them; the
+    other accumulators pass through). Products are summed in fp16 over at most 8 per half (two
+    words, or four words of two planes for four groups) before the float32 conversion: a sum
+    overflows only past 65504, i.e. |x| above about 545 on all eight rows at once with |q - z| = 15."""
+    n_zero = 2 if chunks == 4 else 1
+    n_s = chunks
+    ins = ["acc", "w", "x0", "x1", "x2", "x3"] + [f"z{a}{h}" for a in range(n_zero) for h in "lh"] + [f"s{e}" for e in range(n_s)]
+    op = {name: [4 + 4 * i + e for e in range(4)] for i, name in enumerate(ins)}
+    L = [".reg .b32 w8, p0, p1, p2, p3, c16, a, b;", ".reg .b16 lo, hi;", ".reg .f32 t0, t1, t2, t3, f;",
+         "mov.b32 c16, 0x2c002c00;"]
+
+    def word(e: int, first: bool) -> None:
+        w = f"${op['w'][e]}"
+        L.extend([f"shr.u32 w8, {w}, 8;",
+                  f"lop3.b32 p0, {w}, 0x000f000f, 0x64006400, 0xea;",
+                  f"lop3.b32 p1, {w}, 0x00f000f0, 0x64006400, 0xea;",
+                  "lop3.b32 p2, w8, 0x000f000f, 0x64006400, 0xea;",
+                  "lop3.b32 p3, w8, 0x00f000f0, 0x64006400, 0xea;"])
+        zb = 1 if n_zero == 2 else 0
+        L.extend([f"add.f16x2 p0, p0, ${op['z0l'][e]};", f"fma.rn.f16x2 p1, p1, c16, ${op['z0h'][e]};",
+                  f"add.f16x2 p2, p2, ${op[f'z{zb}l'][e]};", f"fma.rn.f16x2 p3, p3, c16, ${op[f'z{zb}h'][e]};"])
+        x = [f"${op[f'x{j}'][e]}" for j in range(4)]
+        if chunks == 4:  # a: planes (0|4, 1|5) = groups 0|2; b: planes (2|6, 3|7) = groups 1|3
+            L.append(f"mul.f16x2 a, p0, {x[0]};" if first else f"fma.rn.f16x2 a, p0, {x[0]}, a;")
+            L.append(f"fma.rn.f16x2 a, p1, {x[1]}, a;")
+            L.append(f"mul.f16x2 b, p2, {x[2]};" if first else f"fma.rn.f16x2 b, p2, {x[2]}, b;")
+            L.append(f"fma.rn.f16x2 b, p3, {x[3]}, b;")
+        else:
+            L.append(f"mul.f16x2 a, p0, {x[0]};" if first else f"fma.rn.f16x2 a, p0, {x[0]}, a;")
+            L.extend([f"fma.rn.f16x2 a, p{j}, {x[j]}, a;" for j in (1, 2, 3)])
+
+    if chunks == 4:
+        for e in range(4):
+            word(e, e == 0)
+        L.extend(["mov.b32 {lo, hi}, a;", "cvt.f32.f16 t0, lo;", "cvt.f32.f16 t2, hi;",
+                  "mov.b32 {lo, hi}, b;", "cvt.f32.f16 t1, lo;", "cvt.f32.f16 t3, hi;"])
+        for e in range(4):
+            L.append(f"fma.rn.f32 ${e}, ${op[f's{e}'][0]}, t{e}, ${op['acc'][e]};")
+    else:
+        for run in range(2):
+            word(2 * run, True)
+            word(2 * run + 1, False)
+            L.extend(["mov.b32 {lo, hi}, a;", f"cvt.f32.f16 t{2 * run}, lo;", f"cvt.f32.f16 t{2 * run + 1}, hi;"])
+        if chunks == 1:
+            L.extend(["add.f32 t0, t0, t1;", "add.f32 t2, t2, t3;", "add.f32 f, t0, t2;",
+                      f"fma.rn.f32 $0, ${op['s0'][0]}, f, ${op['acc'][0]};"])
+            rest = (1, 2, 3)
+        else:  # lo halves: group slot 0, hi halves: slot 1
+            L.extend(["add.f32 t0, t0, t2;", "add.f32 t1, t1, t3;",
+                      f"fma.rn.f32 $0, ${op['s0'][0]}, t0, ${op['acc'][0]};",
+                      f"fma.rn.f32 $1, ${op['s1'][0]}, t1, ${op['acc'][1]};"])
+            rest = (2, 3)
+        L.extend([f"mov.f32 ${e}, ${op['acc'][e]};" for e in rest])
+    return "{\n" + "\n".join(L) + "\n}"
+
+
+_DOT32_ASM_1 = tl.constexpr(_dot32_asm(1))
+_DOT32_ASM_2 = tl.constexpr(_dot32_asm(2))
+_DOT32_ASM_4 = tl.constexpr(_dot32_asm(4))
+_DOT32_CON_1 = tl.constexpr("=f,=f,=f,=f," + ",".join(["f"] * 4 + ["r"] * 28 + ["f"] * 4))
+_DOT32_CON_2 = tl.constexpr("=f,=f,=f,=f," + ",".join(["f"] * 4 + ["r"] * 28 + ["f"] * 8))
+_DOT32_CON_4 = tl.constexpr("=f,=f,=f,=f," + ",".join(["f"] * 4 + ["r"] * 36 + ["f"] * 16))
+
+
+@triton.jit
+def _dot32(acc, w, x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3, CHUNKS: tl.constexpr):
+    """`acc` (float32, the tile's layout) plus the scaled dot products of four words per instance
+    (see `_dot32_asm`); scales are float32 ``[BLOCK_N, 1]`` per group slot."""
+    if CHUNKS == 1:
+        return tl.inline_asm_elementwise(_DOT32_ASM_1, _DOT32_CON_1,
+                                         [acc, w, x0, x1, x2, x3, zl0, zh0, s0],
+                                         dtype=tl.float32, is_pure=True, pack=4)
+    elif CHUNKS == 2:
+        return tl.inline_asm_elementwise(_DOT32_ASM_2, _DOT32_CON_2,
+                                         [acc, w, x0, x1, x2, x3, zl0, zh0, s0, s1],
+                                         dtype=tl.float32, is_pure=True, pack=4)
+    else:
+        return tl.inline_asm_elementwise(_DOT32_ASM_4, _DOT32_CON_4,
+                                         [acc, w, x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3],
+                                         dtype=tl.float32, is_pure=True, pack=4)
+
+
+@triton.jit
+def _pair_h2(lo, hi):
+    """fp16 tensors -> int32 holding the fp16x2 pair (lo, hi)."""
+    return tl.inline_asm_elementwise(_PAIR_ASM, "=r,h,h", [lo, hi], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _dot8(w, x0, x1, x2, x3, zl0, zh0, zl1, zh1, CHUNKS: tl.constexpr):
+    """Per word: sum over its 8 nibbles of ``(q - z) * x`` in float32, split by scale group (see
+    `_DOT8_ASM_1`); x pairs and bias pairs are int32 fp16x2."""
+    if CHUNKS == 1:
+        return tl.inline_asm_elementwise(_DOT8_ASM_1, "=f,r,r,r,r,r,r,r", [w, x0, x1, x2, x3, zl0, zh0],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+    elif CHUNKS == 2:
+        return tl.inline_asm_elementwise(_DOT8_ASM_2, "=f,=f,r,r,r,r,r,r,r", [w, x0, x1, x2, x3, zl0, zh0],
+                                         dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+    else:
+        return tl.inline_asm_elementwise(_DOT8_ASM_4, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r",
+                                         [w, x0, x1, x2, x3, zl0, zh0, zl1, zh1],
+                                         dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+
+
+_LDG_H_ASM = tl.constexpr("ld.global.nc.b16 $0, [$1];")
+
+
+@triton.jit
+def _col_sz(s_ptr, z_ptr, g, offs_n, N, HAS_ZEROS: tl.constexpr):
+    """Scales and zeros ``[BLOCK_N, 1]`` (float32) of group row `g` for the packed loop, read by
+    inline loads: a `tl.load` of a ``[BLOCK_N, 1]`` column gets its own coalesced layout, which the
+    compiler then imposes on the loop's accumulator (a shared-memory round trip of the whole tile's
+    partial sums every tile); an asm load keeps the weight tile's layout. Columns past N read column
+    N - 1 (their weights are zero and their outputs are not stored)."""
+    ptrs = g * N + tl.minimum(offs_n, N - 1)[:, None]
+    s = tl.inline_asm_elementwise(_LDG_H_ASM, "=h,l", [s_ptr + ptrs], dtype=tl.float16, is_pure=True, pack=1)
+    if HAS_ZEROS:
+        z = tl.inline_asm_elementwise(_LDG_H_ASM, "=h,l", [z_ptr + ptrs], dtype=tl.float16, is_pure=True, pack=1)
+        z = z.to(tl.float32)
+    else:
+        z = tl.full(s.shape, 8.0, tl.float32)
+    return s.to(tl.float32), z
+
+
+@triton.jit
+def _bias_pairs(z_lo, z_hi):
+    """Negated bias pairs for `_dot8`: (-(1024 + z_lo), -(1024 + z_hi)) and (-(64 + z_lo), -(64 + z_hi)),
+    fp16x2 in int32 (exact: small integers)."""
+    zl = _pair_h2((-1024.0 - z_lo).to(tl.float16), (-1024.0 - z_hi).to(tl.float16))
+    zh = _pair_h2((-64.0 - z_lo).to(tl.float16), (-64.0 - z_hi).to(tl.float16))
+    return zl, zh
+
+
+@triton.jit
+def _xpair(x_ptr, xp_ptr, k0, kt, offs_r, J: tl.constexpr, XPREP: tl.constexpr):
+    """Activation pairs (x[k0 + J*16 + r], x[k0 + (J+4)*16 + r]) as int32 fp16x2, ``[1, 16]``: from the
+    prepared pairs (`_w4a16_xpack_kernel`) or packed here from x (no act-order, K a tile multiple)."""
+    if XPREP:
+        v = tl.load(xp_ptr + kt * 64 + J * 16 + offs_r)
+    else:
+        v = _pair_h2(tl.load(x_ptr + k0 + J * 16 + offs_r), tl.load(x_ptr + k0 + (J + 4) * 16 + offs_r))
+    return v[None, :]
+
+
+@triton.jit
+def _w4a16_xpack_kernel(x_ptr, perm_ptr, xp_ptr, K, n_pairs, HAS_PERM: tl.constexpr, BLOCK: tl.constexpr):
+    """The one-row activations of a call, once: pair ``i`` = (kt, J, r) holds sorted rows
+    ``kt*128 + J*16 + r`` and that + 64 (act-order: gathered through perm), zero past K, as fp16x2 bits."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = i < n_pairs
+    row = (i // 64) * 128 + ((i // 16) % 4) * 16 + i % 16
+    lo_ok = mask & (row < K)
+    hi_ok = mask & (row + 64 < K)
+    if HAS_PERM:
+        c_lo = tl.load(perm_ptr + row, mask=lo_ok, other=0)
+        c_hi = tl.load(perm_ptr + row + 64, mask=hi_ok, other=0)
+    else:
+        c_lo = row
+        c_hi = row + 64
+    lo = tl.load(x_ptr + c_lo, mask=lo_ok, other=0.0).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    hi = tl.load(x_ptr + c_hi, mask=hi_ok, other=0.0).to(tl.int16, bitcast=True).to(tl.int32)
+    tl.store(xp_ptr + i, lo | (hi << 16), mask=mask)
+
+
+@triton.jit
+def _ld_col(ptrs):
+    """fp16 column values as float32 (see `_col_sz`; pure, so the copies a thread holds share one load)."""
+    return tl.inline_asm_elementwise(_LDG_H_ASM, "=h,l", [ptrs], dtype=tl.float16, is_pure=True, pack=1).to(tl.float32)
+
+
+@triton.jit
+def _tile_consts(s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
+                 CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr):
+    """What the packed loop needs besides the weight words of tile (nb, kt): the four activation-pair
+    vectors, the negated bias pairs and the float32 scales of its group slots (unused slots repeat).
+    Per-column values are 1-D: carried through the loop as ``[BLOCK_N, 1]`` they would hold one
+    register per replica of the tile layout (4x the registers)."""
+    k0 = kt * 128
+    xb = xp_ptr + kt * 64 + offs_r
+    x0 = tl.load(xb)[None, :]
+    x1 = tl.load(xb + 16)[None, :]
+    x2 = tl.load(xb + 32)[None, :]
+    x3 = tl.load(xb + 48)[None, :]
+    cols = tl.minimum(nb * BLOCK_N + offs_loc, N - 1)
+    g0 = _group_of(k0, K, GROUP_SIZE, EVEN_K)
+    s0 = _ld_col(s_ptr + g0 * N + cols)
+    if HAS_ZEROS:
+        z0 = _ld_col(z_ptr + g0 * N + cols)
+    else:
+        z0 = tl.full(s0.shape, 8.0, tl.float32)
+    if CHUNKS == 1:
+        zl0, zh0 = _bias_pairs(z0, z0)
+        return x0, x1, x2, x3, zl0, zh0, zl0, zh0, s0, s0, s0, s0
+    elif CHUNKS == 2:
+        g1 = _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K)
+        s1 = _ld_col(s_ptr + g1 * N + cols)
+        if HAS_ZEROS:
+            z1 = _ld_col(z_ptr + g1 * N + cols)
+        else:
+            z1 = z0
+        zl0, zh0 = _bias_pairs(z0, z1)
+        return x0, x1, x2, x3, zl0, zh0, zl0, zh0, s0, s1, s0, s1
+    else:
+        g1 = _group_of(k0 + 32, K, GROUP_SIZE, EVEN_K)
+        g2 = _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K)
+        g3 = _group_of(k0 + 96, K, GROUP_SIZE, EVEN_K)
+        s1 = _ld_col(s_ptr + g1 * N + cols)
+        s2 = _ld_col(s_ptr + g2 * N + cols)
+        s3 = _ld_col(s_ptr + g3 * N + cols)
+        if HAS_ZEROS:
+            z1 = _ld_col(z_ptr + g1 * N + cols)
+            z2 = _ld_col(z_ptr + g2 * N + cols)
+            z3 = _ld_col(z_ptr + g3 * N + cols)
+        else:
+            z1, z2, z3 = z0, z0, z0
+        zl0, zh0 = _bias_pairs(z0, z2)
+        zl1, zh1 = _bias_pairs(z1, z3)
+        return x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3
+
+
+@triton.jit
+def _flush_row(acc2, nb, kt, u, u0, n_prog, n_units, KT, NB, N, pid_m, offs_loc, out_ptr, ws_ptr, cnt_ptr, bias_ptr,
+               stride_om, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """One row: the partial sums of column block nb leave the program (see the stream kernel's flush)."""
+    offs_n = nb * BLOCK_N + offs_loc
+    res = tl.sum(acc2, axis=1)
+    out_mask = offs_n < N
+    out_ptrs = out_ptr + pid_m * stride_om + offs_n
+    first = nb * KT
+    if (u0 <= first) & (kt == KT - 1):
+        if HAS_BIAS:
+            res += _bias_cols(bias_ptr, offs_n, N, 1)
+        tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        ws_ptrs = ws_ptr + pid_m * N + offs_n
+        tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
+        tl.debug_barrier()
+        p_first = ((first + 1) * n_prog - 1) // n_units
+        p_last = ((first + KT) * n_prog - 1) // n_units
+        cnt = cnt_ptr + pid_m * NB + nb
+        ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
+        if ticket == p_last - p_first:
+            old = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)), tl.zeros(res.shape, dtype=tl.int32),
+                                 mask=out_mask, sem="acq_rel")
+            total = old.to(tl.float32, bitcast=True)
+            if HAS_BIAS:
+                total += _bias_cols(bias_ptr, offs_n, N, 1)
+            tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.debug_barrier()
+            tl.atomic_xchg(cnt, 0, sem="acq_rel")
+
+
+@triton.jit
+def _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, u0, u1, pid_m, n_prog,
+                       n_units, N, K, KT, NB, stride_om, GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr,
+                       BLOCK_N: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
+                       FENCE: tl.constexpr):
+    """The one-row packed loop with everything of the next tile in flight during this one's math:
+    its weight words, activation pairs, scales and zeros are loaded before the current tile is
+    computed. FENCE=2 puts a branch that is never taken between the loads and the math: ptxas
+    schedules within a basic block and otherwise sinks the loads below the math (sm_90 SASS)."""
+    TILE_WORDS: tl.constexpr = BLOCK_N * 16
+    offs_loc = tl.arange(0, BLOCK_N)
+    offs_r = tl.arange(0, 16)
+    tile_offs = offs_loc[:, None] * 16 + offs_r[None, :]
+    nb = u0 // KT
+    kt = u0 - nb * KT
+    cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
+    x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _tile_consts(
+        s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
+    acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
+    for u in range(u0, u1):
+        un = tl.minimum(u + 1, u1 - 1)  # the last iteration reloads its own tile (L2 hits)
+        nbn = un // KT
+        ktn = un - nbn * KT
+        nxt = tl.load(qw_ptr + un * TILE_WORDS + tile_offs)
+        y0, y1, y2, y3, yl0, yh0, yl1, yh1, t0, t1, t2, t3 = _tile_consts(
+            s_ptr, z_ptr, xp_ptr, nbn, ktn, offs_loc, offs_r, K, N, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
+        if FENCE == 1:
+            tl.debug_barrier()
+        elif FENCE == 2:
+            if un < 0:
+                tl.store(cnt_ptr + un, 0)
+        acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl0[:, None], zh0[:, None], zl1[:, None], zh1[:, None], s0[:, None],
+                      s1[:, None], s2[:, None], s3[:, None], CHUNKS)
+        if (kt == KT - 1) | (u == u1 - 1):
+            _flush_row(acc2, nb, kt, u, u0, n_prog, n_units, KT, NB, N, pid_m, offs_loc, out_ptr, ws_ptr, cnt_ptr,
+                       bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
+            acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
+        cur = nxt
+        nb, kt = nbn, ktn
+        x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3 = y0, y1, y2, y3, yl0, yh0, yl1, yh1, t0, t1, t2, t3
+
+
+@triton.jit
+def _bias_cols(bias_ptr, offs_n, N, BLOCK_M: tl.constexpr):
+    """The bias of columns `offs_n` (float32): 1-D for one row, ``[BLOCK_N, 1]`` for an M block."""
+    b = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+    if BLOCK_M == 1:
+        return b
+    else:
+        return b[:, None]
+
+
 @triton.jit
 def _w4a16_stream_kernel(
-    x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
+    x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, xp_ptr,
     M, N, K, KT, NB, stride_xm, stride_om, n_units, e7_bits,
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
+    PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
+    LOOKAHEAD: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -193,6 +569,10 @@ def _w4a16_stream_kernel(
     n_prog = tl.num_programs(0)
     u0 = pid * n_units // n_prog
     u1 = (pid + 1) * n_units // n_prog
+    if BLOCK_M == 1 and PACKED and LOOKAHEAD:
+        _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, u0, u1, pid_m, n_prog,
+                           n_units, N, K, KT, NB, stride_om, GROUP_SIZE, CHUNKS, BLOCK_N, HAS_ZEROS, HAS_BIAS, EVEN_K, FENCE)
+        return
     offs_loc = tl.arange(0, BLOCK_N)
     offs_r = tl.arange(0, R)
     tile_offs = offs_loc[:, None] * R + offs_r[None, :]
@@ -224,7 +604,41 @@ def _w4a16_stream_kernel(
         w_l8 = cur << 8
         w_r8 = cur >> 8
         w_r16 = cur >> 16
-        if BLOCK_M == 1:
+        if BLOCK_M == 1 and PACKED:  # fp16 x, NVIDIA: two nibbles per op (see `_dot32_asm`)
+            tl.static_assert(XPREP or (not HAS_PERM and EVEN_K), "act-order and ragged K read prepared x pairs")
+            x0 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 0, XPREP)
+            x1 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 1, XPREP)
+            x2 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 2, XPREP)
+            x3 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 3, XPREP)
+            if CHUNKS == 1:
+                s, z = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+                zl, zh = _bias_pairs(z, z)
+                if PACK4:
+                    acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl, zh, zl, zh, s, s, s, s, 1)
+                else:
+                    acc2 += s * _dot8(cur, x0, x1, x2, x3, zl, zh, zl, zh, 1)
+            elif CHUNKS == 2:
+                sa, za = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+                sb, zb = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+                zl, zh = _bias_pairs(za, zb)
+                if PACK4:
+                    acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl, zh, zl, zh, sa, sb, sa, sb, 2)
+                else:
+                    oa, ob = _dot8(cur, x0, x1, x2, x3, zl, zh, zl, zh, 2)
+                    acc2 += sa * oa + sb * ob
+            else:  # CHUNKS == 4: outputs in group order (planes 0-1, 2-3, 4-5, 6-7)
+                s0, z0 = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+                s1, z1 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 32, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+                s2, z2 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+                s3, z3 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 96, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+                zl0, zh0 = _bias_pairs(z0, z2)
+                zl1, zh1 = _bias_pairs(z1, z3)
+                if PACK4:
+                    acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3, 4)
+                else:
+                    o0, o1, o2, o3 = _dot8(cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, 4)
+                    acc2 += s0 * o0 + s1 * o1 + s2 * o2 + s3 * o3
+        elif BLOCK_M == 1:
             for c in tl.static_range(CHUNKS):
                 part = tl.zeros([BLOCK_N, R], dtype=tl.float32)
                 x_even = tl.zeros([R], dtype=tl.float32)
@@ -283,18 +697,23 @@ def _w4a16_stream_kernel(
             cur = nxt
         if (kt == KT - 1) | (u == u1 - 1):
             if BLOCK_M == 1:
-                res = tl.sum(acc2, axis=1)[:, None]
+                # 1-D output vectors: a [BLOCK_N, 1] store would pull its layout back into the
+                # loop's accumulator (a shared-memory conversion every tile in the packed loop)
+                res = tl.sum(acc2, axis=1)
+                out_mask = offs_n < N
+                out_ptrs = out_ptr + pid_m * stride_om + offs_n
+                ws_ptrs = ws_ptr + pid_m * N + offs_n
             else:
                 res = acc
-            out_mask = (offs_n < N)[:, None] & m_mask[None, :]
-            out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+                out_mask = (offs_n < N)[:, None] & m_mask[None, :]
+                out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+                ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
             first = nb * KT
             if (u0 <= first) & (kt == KT - 1):
                 if HAS_BIAS:
-                    res += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
+                    res += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
                 tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=out_mask)
             else:
-                ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
                 tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
                 # every thread's partial sums must be issued before this program takes its ticket
                 tl.debug_barrier()
@@ -304,10 +723,10 @@ def _w4a16_stream_kernel(
                 ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
                 if ticket == p_last - p_first:
                     old = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)),
-                                         tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.int32), mask=out_mask, sem="acq_rel")
+                                         tl.zeros(res.shape, dtype=tl.int32), mask=out_mask, sem="acq_rel")
                     total = old.to(tl.float32, bitcast=True)
                     if HAS_BIAS:
-                        total += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
+                        total += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
                     tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
                     tl.debug_barrier()
                     tl.atomic_xchg(cnt, 0, sem="acq_rel")
@@ -359,7 +778,7 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # every dot tile; 32-row tiles beat 64 at 33..64 rows; one joined dot per tile beats one dot per
     # nibble plane by 1.3-2.5x. waves_per_eu stays 0 on AMD (Triton passes it to LLVM as "N, N",
     # which caps occupancy at N).
-    "hopper": {1: {"BLOCK_M": 1, "num_warps": 4, "programs_per_cu": 8},
+    "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8},
                16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8},
                64: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 8},
                255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8}},
@@ -481,6 +900,19 @@ def stream_grid(n_units: int, m_blocks: int, cfg: dict[str, Any], device: torch.
     return max(1, min(n_units, per_cu * _num_cus(device) // m_blocks))
 
 
+XPACK_BLOCK = 1024
+"""Activation pairs per program of `_w4a16_xpack_kernel`."""
+
+
+def packed_route(cfg: dict[str, Any], arch: str, dtype: torch.dtype, chunks: int) -> bool:
+    """Whether a one-row call takes the packed fp16 loop (`_DOT8_ASM_1`): NVIDIA PTX, so only on an
+    NVIDIA target (AMD and the interpreter keep the float32 loop), fp16 activations (bf16 sums would
+    keep 8 bits), at most 4 scale groups per tile, and not switched off by the config (`PACKED`)."""
+    nvidia = not arch.startswith("gfx") and arch != "cpu" and not interpret_mode()
+    return (cfg["BLOCK_M"] == 1 and bool(cfg.get("PACKED", True)) and nvidia and dtype == torch.float16
+            and chunks in (1, 2, 4))
+
+
 def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], out: torch.Tensor,
                   arch: str, config: Optional[dict[str, Any]] = None) -> None:
     """``out = x2 @ W (+ bias)`` for up to `WS_ROWS` rows through the stream-K kernel."""
@@ -496,19 +928,29 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     if m_blocks * block_m > WS_ROWS:
         raise ValueError(f"the stream kernel takes at most {WS_ROWS} rows")
     gs = _group_arg(w)
+    packed = packed_route(cfg, arch, x2.dtype, _chunks(gs))
+    lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
+    xprep = packed and (lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
+    xp = w.qweight
+    if xprep:
+        xp = torch.empty(kt * 64, dtype=torch.int32, device=x2.device)
+        _w4a16_xpack_kernel[(triton.cdiv(kt * 64, XPACK_BLOCK),)](
+            x2, w.perm if w.perm is not None else w.qweight, xp, k, kt * 64, HAS_PERM=w.perm is not None,
+            BLOCK=XPACK_BLOCK, num_warps=4)
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
-           bias is not None, k % TILE_K == 0, n % TILE_N == 0)
+           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
     ck = _w4a16_stream_kernel[(grid, m_blocks)](
         x2, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
-        w.perm if w.perm is not None else w.qweight, bias if bias is not None else w.scales, out, ws, cnt,
+        w.perm if w.perm is not None else w.qweight, bias if bias is not None else w.scales, out, ws, cnt, xp,
         m, n, k, kt, nb, x2.stride(0), out.stride(0), n_units, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=TILE_N, HAS_ZEROS=w.zeros is not None,
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
-        JOIN=cfg.get("JOIN", True), **launch_options(cfg, arch),
+        JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
+        LOOKAHEAD=lookahead, **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)
@@ -547,7 +989,7 @@ _RDNA3 = ("gfx1100",)
 
 def _stream_spec(rows: int, group: int, zeros: bool, perm: bool, archs: tuple[str, ...]) -> CompileSpec:
     sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "perm_ptr": "*i32",
-           "bias_ptr": "*fp16", "out_ptr": "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
+           "bias_ptr": "*fp16", "out_ptr": "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "xp_ptr": "*i32", "M": "i32", "N": "i32",
            "K": "i32", "KT": "i32", "NB": "i32", "stride_xm": "i32", "stride_om": "i32", "n_units": "i32",
            "e7_bits": "i32"}
     names = ("GROUP_SIZE", "CHUNKS", "BLOCK_M", "BLOCK_N", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "EVEN_K", "EVEN_N")

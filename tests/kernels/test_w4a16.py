@@ -249,7 +249,8 @@ def test_gemv_m1_error_is_the_fp16_rounding_of_the_output(sym):
     qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, 128, sym, False, "gptq", seed=12)
     w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=128)
     x = torch.randn(1, k, generator=torch.Generator().manual_seed(13)).half().to(DEVICE)
-    out = w4a16_matmul(x, w, config={"BLOCK_M": 1, "num_warps": 1, "programs": 1})
+    # the float32 loop (AMD, the interpreter); NVIDIA's packed fp16 loop has its own bound in test_w4a16_stream.py
+    out = w4a16_matmul(x, w, config={"BLOCK_M": 1, "num_warps": 1, "programs": 1, "PACKED": False})
     exact = x.double() @ expected.double().to(DEVICE)
     rounding = (exact.half().double() - exact).abs().max().item()
     assert (out.double() - exact).abs().max().item() <= 1.5 * rounding + 1e-6 * exact.abs().max().item()

@@ -1,0 +1,111 @@
+"""W4A16 at one row (issue 13, goal 1): the stream kernel's packed fp16 loop beside its float32 loop.
+
+One run on the current GPU measures copy bandwidth, then for the seven Llama shapes, groups 128 and
+32, with and without act-order: the shipped one-row config (packed fp16 loop on NVIDIA) and the
+same config with the float32 loop (`PACKED=False`, what AMD runs and what shipped before), as time
+and % of copy bandwidth (bytes = packed weights + scales + zeros + perm + x + out); then a sweep of
+the packed loop's knobs (prepared activation pairs, four words per asm instance, warps, register
+cap, programs per SM) on four shapes. Times are medians of CUDA-graph replays over enough weight
+copies that L2 cannot hold them (the same helpers as bench_w4a16.py).
+Usage: python benchmarks/bench_w4a16_gemv.py --out gemv.json [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from typing import Any, Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_w4a16 import LLAMA_SHAPES, call_bytes, ours_ms, random_gptq  # noqa: E402
+
+from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
+from optimum_amdx.kernels._w4a16_triton import stream_config  # noqa: E402
+from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
+
+SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 32, True), (8192, 28672, 128, False), (4096, 4096, 128, False)]
+SWEEP = [{}, {"num_warps": 4}, {"XPREP": True}, {"PACK4": False}, {"LOOKAHEAD": True}, {"LOOKAHEAD": True, "FENCE": 2},
+         {"programs_per_cu": 3}, {"programs_per_cu": 2}, {"num_warps": 16, "programs_per_cu": 2}]
+
+
+def _save(result: dict[str, Any], path: Optional[str]) -> None:
+    """Written after every row, so a run cut short keeps what it measured."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+
+
+def _pct(w: Any, ms: float, copy_bw: float) -> float:
+    return 100 * call_bytes(w, 1) / (ms * 1e-3) / copy_bw
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write results as JSON here")
+    parser.add_argument("--quick", action="store_true", help="three shapes, no sweep")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the knob sweep")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_w4a16_gemv needs a GPU (torch.cuda)", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    copy_bw = measure_copy_bandwidth("cuda")
+    arch = device_arch()
+    base = stream_config(arch, 1)
+    result: dict[str, Any] = {"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__,
+                              "copy_GB_s": copy_bw / 1e9, "config": base, "m1": [], "sweep": []}
+    print(f"device {result['device']} ({arch}); copy {copy_bw / 1e9:.0f} GB/s; config {base}", flush=True)
+    shapes = LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES
+    for (k, n), group, act in itertools.product(shapes, (128, 32), (False, True)):
+        w, _ = random_gptq(k, n, group, act, seed=k + n + group + int(act), asym=act)
+        row = {"K": k, "N": n, "group": group, "act_order": act, "asym": act,
+               "floor_us": call_bytes(w, 1) / copy_bw * 1e6}
+        for name, cfg in (("packed", dict(base)), ("fp32", dict(base, PACKED=False))):
+            ms = ours_ms(w, 1, cfg)
+            row[f"{name}_us"] = ms * 1e3
+            row[f"{name}_pct"] = _pct(w, ms, copy_bw)
+        result["m1"].append(row)
+        _save(result, args.out)
+        print(f"  M=1 {k:>5}x{n:<5} g{group:<3} act={int(act)} floor {row['floor_us']:5.1f} us | fp32 loop "
+              f"{row['fp32_us']:6.1f} us {row['fp32_pct']:5.1f}% | packed {row['packed_us']:6.1f} us "
+              f"{row['packed_pct']:5.1f}%", flush=True)
+        del w
+    if not (args.quick or args.no_sweep):
+        for k, n, group, act in SWEEP_SHAPES:
+            w, _ = random_gptq(k, n, group, act, seed=k + n + group + int(act), asym=act)
+            for extra in SWEEP:
+                cfg = dict(base, **extra)
+                try:
+                    ms = ours_ms(w, 1, cfg)
+                except Exception as exc:  # noqa: BLE001 - a failing config is recorded, not fatal
+                    result["sweep"].append({"K": k, "N": n, "group": group, "act_order": act, "extra": extra,
+                                            "error": str(exc)[:200]})
+                    print(f"  sweep {k}x{n} g{group} act={int(act)} {extra}: error {str(exc)[:120]}", flush=True)
+                    continue
+                result["sweep"].append({"K": k, "N": n, "group": group, "act_order": act, "extra": extra,
+                                        "us": ms * 1e3, "pct": _pct(w, ms, copy_bw)})
+                _save(result, args.out)
+                print(f"  sweep {k}x{n} g{group} act={int(act)} {extra}: {ms * 1e3:.1f} us "
+                      f"({_pct(w, ms, copy_bw):.1f}%)", flush=True)
+            del w
+    print(f"\nM=1, {result['device']}, copy {copy_bw / 1e9:.0f} GB/s: us (% of copy bandwidth), float32 loop -> packed")
+    print(f"{'K x N':>12} | {'g128':>22} | {'g128 act,asym':>22} | {'g32':>22} | {'g32 act,asym':>22}")
+    for k, n in shapes:
+        cells = {(r["group"], r["act_order"]): r for r in result["m1"] if (r["K"], r["N"]) == (k, n)}
+        line = f"{k:>5}x{n:<6}"
+        for key in ((128, False), (128, True), (32, False), (32, True)):
+            r = cells[key]
+            line += f" | {r['fp32_us']:5.1f} ({r['fp32_pct']:4.1f}) -> {r['packed_us']:5.1f} ({r['packed_pct']:4.1f})"
+        print(line)
+    _save(result, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
