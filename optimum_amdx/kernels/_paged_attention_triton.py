@@ -81,8 +81,11 @@ def _base_unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query
             cfg = amd_launch_options(family, 4, 2)
             cfg.update(BLOCK_M=block_m, BLOCK_N=64)
             return cfg
-        # H200 sweep: 128-key tiles, 2 stages reach ~98% of copy bandwidth at 32 seqs x 4096.
-        return {"BLOCK_M": block_m, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
+        # H100 sweep at the decode step's shape (512 keys, benchmarks/attention_decode_sweep.py): 64-key
+        # tiles, 2 stages: 80% of copy bandwidth for 512 programs (Llama-2-7B x 16, Llama-3-8B x 64)
+        # against 69-71% with 128-key tiles (74 KB of shared memory and 168 registers: 3 programs
+        # per SM), and 8 us against 10 per layer for one sequence split by 64 keys.
+        return {"BLOCK_M": block_m, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     if family in ("rdna3", "rdna4"):
         # 32- and 64-key tiles spill to scratch on gfx1100 at d=128; 16-key tiles do not.
         cfg = amd_launch_options(family, 8, 0)

@@ -35,6 +35,9 @@ from .moe import moe_runner
 
 SUPPORTED_MODEL_TYPES = supported_model_types()
 
+DECODE_SPLIT_KEYS = 64
+"""Keys per decode-attention split: the decode key tile of the attention kernel on CUDA and CDNA."""
+
 
 @dataclass
 class BatchInputs:
@@ -246,10 +249,11 @@ class PagedDecoder:
 
         A decode step of few sequences has only sequences x KV heads attention programs (8 for
         Llama-3-8B at batch 1), each walking its whole context: latency, not bandwidth. Splitting the
-        keys into one 128-key tile per program, up to 4 programs per compute unit, measured 0.47 ->
-        0.24 ms per step at batch 1 and 512 tokens of context on an H200 (benchmarks/RESULTS.md). The
-        kernel sizes splits from the actual lengths, so a graph captured for `max_seq_len` stays right
-        for shorter contexts (empty splits write nothing).
+        keys into one `DECODE_SPLIT_KEYS`-key tile per program, up to 4 programs per compute unit,
+        measured 0.47 -> 0.24 ms per step at batch 1 and 512 tokens of context on an H200 with 128-key
+        tiles, and 64-key tiles (the decode tile since) took another 10 -> 8 us per layer on an H100
+        (benchmarks/RESULTS.md). The kernel sizes splits from the actual lengths, so a graph captured
+        for `max_seq_len` stays right for shorter contexts (empty splits write nothing).
         """
         choice = self.fusions.decode_splits
         if max_query_len != 1 or choice == 0:
@@ -261,7 +265,7 @@ class PagedDecoder:
         programs = num_seqs * self.num_kv_heads
         if programs >= self._num_sms:
             return None
-        return max(1, min(64, 4 * self._num_sms // programs, -(-max_seq_len // 128)))
+        return max(1, min(64, 4 * self._num_sms // programs, -(-max_seq_len // DECODE_SPLIT_KEYS)))
 
     def _linear_fn(self, tokens: int) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
         """The matmul for a step of `tokens` rows: our skinny GEMM where this GPU family takes it, else F.linear."""
