@@ -152,6 +152,8 @@ class DecodeFusions:
         wave); 0 = the attention kernel's own choice (at least 4 tiles per split); n = n splits.
     act_gemm: with the skinny GEMM, SiLU(gate) * up is formed inside the down projection's GEMM
         (one launch fewer per layer). Off by default until it measures faster (benchmarks/RESULTS.md).
+    fused_reduce: split decode attention combines its splits in the same launch (the last split to
+        finish does it) instead of a second kernel per layer.
     norm_gemm: with the skinny GEMM, the residual add + RMSNorm before q/k/v and before gate/up run
         inside those GEMMs (`skinny_gemm_norm`). Off by default: on an H200 every GEMM program
         re-reading the rows for the norm cost more than the launches it saved (benchmarks/RESULTS.md).
@@ -163,6 +165,7 @@ class DecodeFusions:
     decode_splits: int | None = None
     act_gemm: bool = False
     norm_gemm: bool = False
+    fused_reduce: bool = True
 
 
 def _is_silu(act: Callable[[torch.Tensor], torch.Tensor]) -> bool:
@@ -343,7 +346,8 @@ class PagedDecoder:
             attn = unified_attention(q, cache.k[i], cache.v[i], batch.block_tables, batch.seq_lens,
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
                                      softmax_scale=layer.parts.scale, sliding_window=layer.parts.window,
-                                     num_splits=splits, softcap=layer.parts.softcap)
+                                     num_splits=splits, softcap=layer.parts.softcap,
+                                     fused_reduce=self.fusions.fused_reduce)
             h = self._apply(layer.o_proj, attn.reshape(tokens, q_size), linear)
             if layer.parts.post_attn_norm is not None:
                 h = rms_norm(h, layer.parts.post_attn_norm.weight, layer.parts.post_attn_norm.eps)
