@@ -502,7 +502,9 @@ def unified_attention_triton(
     """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one.
 
     fused_reduce: with splits, the last split program of each (query block, KV head) combines them in
-    the same launch (None/True, when `split_counters` can serve it) instead of a second kernel (False).
+    the same launch (when `split_counters` can serve it) instead of a second kernel. None: on except on
+    AMD, where it is not measured and the combining code made the gfx942 split kernel spill 20 bytes per
+    lane with Triton 3.8 (the compile table): AMD keeps the reduce kernel.
     """
     total_q, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
@@ -531,7 +533,7 @@ def unified_attention_triton(
     if num_splits > 1:
         part_out = torch.empty(total_q * num_heads * num_splits * head_dim_pad, device=q.device, dtype=torch.float32)
         part_lse = torch.empty(total_q * num_heads * num_splits, device=q.device, dtype=torch.float32)
-        if fused_reduce is not False:
+        if fused_reduce or (fused_reduce is None and family not in _AMD_FAMILIES):
             counters = split_counters(q.device, num_q_blocks * num_kv_heads)
     else:
         part_out = part_lse = out
@@ -582,7 +584,7 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
             "NUM_QPK": num_qpk, "BLOCK_M": consts["BLOCK_M"], "BLOCK_Q": max(1, consts["BLOCK_M"] // num_qpk),
             "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim, "BLOCK_N": consts["BLOCK_N"], "PAGE_SIZE": 16,
             "USE_WINDOW": window, "NUM_SPLITS": num_splits, "USE_SOFTCAP": softcap,
-            "FUSED_REDUCE": num_splits > 1, "SPLITS_PAD": next_pow2(num_splits),
+            "FUSED_REDUCE": False, "SPLITS_PAD": next_pow2(num_splits),  # AMD keeps the reduce kernel
         }
         return consts, launch
 
