@@ -502,9 +502,10 @@ def unified_attention_triton(
     """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one.
 
     fused_reduce: with splits, the last split program of each (query block, KV head) combines them in
-    the same launch (when `split_counters` can serve it) instead of a second kernel. None: on except on
-    AMD, where it is not measured and the combining code made the gfx942 split kernel spill 20 bytes per
-    lane with Triton 3.8 (the compile table): AMD keeps the reduce kernel.
+    the same launch (when `split_counters` can serve it) instead of a second kernel. Off unless asked:
+    on an H100 it made a Llama-3-8B batch-1 step 86 us slower (the combining program's serial walk over
+    the splits costs more than the launch it saves; benchmarks/RESULTS.md), and on gfx942 with Triton
+    3.8 its code made the split kernel spill 20 bytes per lane.
     """
     total_q, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
@@ -533,7 +534,7 @@ def unified_attention_triton(
     if num_splits > 1:
         part_out = torch.empty(total_q * num_heads * num_splits * head_dim_pad, device=q.device, dtype=torch.float32)
         part_lse = torch.empty(total_q * num_heads * num_splits, device=q.device, dtype=torch.float32)
-        if fused_reduce or (fused_reduce is None and family not in _AMD_FAMILIES):
+        if fused_reduce:
             counters = split_counters(q.device, num_q_blocks * num_kv_heads)
     else:
         part_out = part_lse = out

@@ -142,8 +142,8 @@ def unified_attention(
     No host synchronization: max_query_len / max_seq_len are caller-given upper bounds used only to
     size the launch, so the call can be captured in a CUDA/HIP graph. For few sequences with long
     contexts the key range is split across programs (flash-decoding) and reduced; `num_splits` forces
-    a split count (1 disables it). The reduce runs in the same launch, by the last split to finish
-    (`fused_reduce` None/True), or as a second kernel (False).
+    a split count (1 disables it). The splits are combined by a second kernel, or with `fused_reduce`
+    by the last split to finish in the same launch (measured slower on an H100, so off by default).
     """
     check_qkv(q, k_cache, v_cache, kv_head_dim=2)
     if softcap is not None and not softcap > 0:
