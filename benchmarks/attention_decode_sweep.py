@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 best = row if row["us"] < best["us"] else best
             print(f"BEST {shape} b={batch}: {best['us']:.1f} us ({best['pct_copy_bw']:.1f}%) {best['config']} "
                   f"splits={best['splits']}", flush=True)
-        del data, outs
+        data = outs = None  # free this shape's caches before the next
         torch.cuda.empty_cache()
         if args.out:
             with open(args.out, "w") as f:

@@ -2,7 +2,8 @@
 
 Pure-decode batches (one new token per sequence) are padded to the next batch bucket
 (1, 2, 4, ..., max_num_seqs) and replayed from a captured `torch.cuda.CUDAGraph` (a HIP graph on
-ROCm) whose inputs are static buffers; a step then costs two host-to-device copies and one replay.
+ROCm) whose inputs are static buffers; a step then costs two host-to-device copies (plus the device
+copy of pending tokens, below) and one replay.
 Padding rows write nowhere (slot -1) and their logits are ignored. Prefill and mixed batches run
 eagerly. On CPU everything runs eagerly through the same code.
 
