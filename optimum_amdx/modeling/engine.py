@@ -29,7 +29,7 @@ from ..errors import InvalidArgumentError
 from .cache import PagedKVCache, blocks_for_memory
 from .paged_model import PagedDecoder
 from .runner import Feed, ModelRunner
-from .sampling import SamplingParams, sample_tokens
+from .sampling import SamplingParams, sample_tokens, to_device
 from .scheduler import PENDING, Scheduler, Sequence
 
 
@@ -256,8 +256,7 @@ class LLMEngine:
         if not seqs:
             return None
         if len(rows) != len(sampled):
-            tokens = tokens[rows] if tokens.device.type == "cpu" else tokens.index_select(
-                0, torch.tensor(rows, device=tokens.device))
+            tokens = tokens.index_select(0, to_device(rows, torch.long, tokens.device))
         if tokens.device.type == "cuda":
             host = tokens.to("cpu", non_blocking=True)  # lands in pinned memory
             event = torch.cuda.Event()

@@ -130,7 +130,7 @@ def sample_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
         rows = [row for row in blocked for _ in params[row].stop_token_ids]
         cols = [t for row in blocked for t in params[row].stop_token_ids]
         logits.index_put_((to_device(rows, torch.long, dev), to_device(cols, torch.long, dev)),
-                          torch.tensor(float("-inf"), device=dev))
+                          torch.full((), float("-inf"), device=dev))  # filled on the device: no copy
     pen_rows = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
     if pen_rows:
         _apply_repetition_penalty(logits, pen_rows, [params[i].repetition_penalty for i in pen_rows], histories)
