@@ -127,3 +127,25 @@ def test_seeded_requests_reproduce_alone_and_in_a_batch_with_a_preempting_pool()
     assert [done[i] for i in ids] == alone
     assert tight.scheduler.num_preemptions > 0
     assert tight.num_free_blocks == tight.num_blocks
+
+
+def test_each_step_is_launched_before_the_previous_one_is_read():
+    am = _model()
+    engine = am.engine
+    order: list[str] = []
+    execute, read = engine.runner.execute, engine._read
+
+    def launched(batch):
+        order.append("launch")
+        return execute(batch)
+
+    def waited(step):
+        order.append("read")
+        return read(step)
+
+    engine.runner.execute = launched
+    engine._read = waited
+    engine.add_request([3, 1, 4, 1, 5], SamplingParams(max_new_tokens=4))
+    engine.run()
+    # prefill, then each decode step goes out before the host waits for the step before it
+    assert order == ["launch", "launch", "read", "launch", "read", "launch", "read", "read"]
