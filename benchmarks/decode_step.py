@@ -40,7 +40,7 @@ from optimum_amdx.modeling.runner import ModelRunner
 
 def _variant(**kw: Any) -> DecodeFusions:
     base = dict(rope_cache=True, silu_mul=True, skinny_gemm=False, decode_splits=None, act_gemm=False,
-                norm_gemm=False)
+                norm_gemm=False, fused_reduce=False)
     base.update(kw)
     return DecodeFusions(**base)
 
@@ -51,6 +51,7 @@ VARIANTS: dict[str, DecodeFusions] = {
     "+silu_mul": _variant(decode_splits=0),
     "+attn_splits": _variant(),
     "+skinny_gemm": _variant(skinny_gemm=True),
+    "+fused_reduce": _variant(skinny_gemm=True, fused_reduce=True),
     "+act_gemm": _variant(skinny_gemm=True, act_gemm=True),
     "+norm_gemm": _variant(skinny_gemm=True, norm_gemm=True),
 }

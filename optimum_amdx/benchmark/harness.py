@@ -2,8 +2,9 @@
 
 Method (as optimum-benchmark): per point, `warmup` untimed generate() calls (they also absorb
 compilation and TunableOp tuning), then `repeats` timed calls on fresh seeded random prompts, each
-timed on the device clock (CUDA/HIP events on GPUs), with the prefill/decode split taken from a
-token-timestamping streamer. Figures are medians and p90s over repeats. Every point carries its
+timed on the host clock after a device synchronize at the start, with the prefill/decode split taken
+from a token-timestamping streamer marking when the host receives each token (what a user sees; a
+device event there would fire behind work an asynchronous engine already queued, see `timing.Clock`). Figures are medians and p90s over repeats. Every point carries its
 roofline: the bytes a decode step must read over the memory bandwidth, and the prefill FLOPs over
 the matmul rate.
 """
@@ -123,7 +124,7 @@ def measure_point(
     from .ceilings import peak_rss_bytes
     from .timing import Clock, make_token_timer, split_timings
 
-    clock = Clock(device)
+    clock = Clock(device, host_marks=True)  # when the host has each token (see Clock)
     gen = torch.Generator().manual_seed(seed * 1_000_003 + batch * 7919 + prompt_length * 31 + new_tokens)
     t0 = time.perf_counter()
     for _ in range(warmup):
@@ -131,7 +132,7 @@ def measure_point(
         runner.generate(ids, mask, new_tokens, make_token_timer(clock))
     clock.synchronize()
     warmup_s = time.perf_counter() - t0
-    if clock.uses_events:
+    if clock.on_gpu:
         torch.cuda.reset_peak_memory_stats()
     ttft, tpot, e2e, itl, tps = [], [], [], [], []
     for _ in range(repeats):
@@ -150,7 +151,7 @@ def measure_point(
         itl.extend(t["itl_s"])
         tpot.append(decode / (new_tokens - 1))
         tps.append(batch * (new_tokens - 1) / decode)
-    if clock.uses_events:
+    if clock.on_gpu:
         peak, kind = int(torch.cuda.max_memory_allocated()), "torch.cuda.max_memory_allocated"
     else:
         peak, kind = peak_rss_bytes(), "process peak RSS (CPU; includes everything this process loaded so far)"

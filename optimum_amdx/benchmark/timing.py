@@ -75,16 +75,21 @@ def l2_cold_copies(nbytes_per_call: int, budget: int = L2_DEFEAT_BYTES) -> int:
 class Clock:
     """Marks points in time on one device; `seconds(a, b)` is the interval between two marks."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, host_marks: bool = False) -> None:
+        """host_marks: mark host time (perf_counter) even on a GPU. Token timing needs it: a device event
+        recorded when the host receives a token sits in the stream behind whatever the runtime has
+        already queued (an engine that launches step n+1 before reading step n's token), so it would
+        fire later than the token reached the user, and intervals would shift by one step."""
         import torch
 
         self._torch = torch
         self.device = device
-        self.uses_events = device.startswith("cuda")
+        self.on_gpu = device.startswith("cuda")
+        self.uses_events = self.on_gpu and not host_marks
 
     def synchronize(self) -> None:
         """Wait for the device to finish queued work (no-op on the CPU)."""
-        if self.uses_events:
+        if self.on_gpu:
             self._torch.cuda.synchronize()
 
     def mark(self) -> Any:

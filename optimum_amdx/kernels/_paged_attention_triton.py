@@ -11,7 +11,9 @@ once per KV head. Which sequence a query block belongs to is found on the device
 over query_start_loc (query block b of sequence s has global index query_start_loc[s] // BLOCK_Q + s + b),
 so the launch needs no host synchronization and the grid size is known from shapes alone.
 With NUM_SPLITS > 1 each program covers one slice of the key range and writes a normalized partial
-output plus its log2-sum-exp; `_split_reduce_kernel` combines the slices (flash-decoding).
+output plus its log2-sum-exp (flash-decoding); the last program of a (query block, KV head) to
+arrive (an atomic counter) combines the slices in the same launch (FUSED_REDUCE), or
+`_split_reduce_kernel` does in a second one.
 """
 
 from __future__ import annotations
@@ -81,8 +83,11 @@ def _base_unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query
             cfg = amd_launch_options(family, 4, 2)
             cfg.update(BLOCK_M=block_m, BLOCK_N=64)
             return cfg
-        # H200 sweep: 128-key tiles, 2 stages reach ~98% of copy bandwidth at 32 seqs x 4096.
-        return {"BLOCK_M": block_m, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
+        # H100 sweep at the decode step's shape (512 keys, benchmarks/attention_decode_sweep.py): 64-key
+        # tiles, 2 stages: 80% of copy bandwidth for 512 programs (Llama-2-7B x 16, Llama-3-8B x 64)
+        # against 69-71% with 128-key tiles (74 KB of shared memory and 168 registers: 3 programs
+        # per SM), and 8 us against 10 per layer for one sequence split by 64 keys.
+        return {"BLOCK_M": block_m, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     if family in ("rdna3", "rdna4"):
         # 32- and 64-key tiles spill to scratch on gfx1100 at d=128; 16-key tiles do not.
         cfg = amd_launch_options(family, 8, 0)
@@ -252,6 +257,7 @@ def _unified_attention_kernel(
     out_ptr,
     part_out_ptr,
     part_lse_ptr,
+    counter_ptr,
     block_tables_ptr,
     seq_lens_ptr,
     qsl_ptr,
@@ -281,6 +287,8 @@ def _unified_attention_kernel(
     USE_WINDOW: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     USE_SOFTCAP: tl.constexpr = False,
+    FUSED_REDUCE: tl.constexpr = False,
+    SPLITS_PAD: tl.constexpr = 1,
 ):
     q_block = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -360,6 +368,31 @@ def _unified_attention_kernel(
         tl.store(p_ptrs, result, mask=store_mask)
         lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
         tl.store(part_lse_ptr + row * NUM_SPLITS + split, lse, mask=row_valid)
+        if FUSED_REDUCE:
+            # The last split of this (query block, KV head) to finish combines all of them: no second
+            # launch. The barrier puts every thread's partial stores before the release of the counter
+            # increment; the acquire of the last one makes them visible to it. It resets the counter,
+            # so the next launch (or graph replay) starts from zero.
+            tl.debug_barrier()
+            slot = q_block * tl.num_programs(1) + kv_head
+            arrived = tl.atomic_add(counter_ptr + slot, 1, sem="acq_rel")
+            if arrived == NUM_SPLITS - 1:
+                offs_s = tl.arange(0, SPLITS_PAD)
+                lse_all = tl.load(part_lse_ptr + (row * NUM_SPLITS)[:, None] + offs_s[None, :],
+                                  mask=row_valid[:, None] & (offs_s[None, :] < NUM_SPLITS), other=float("-inf"))
+                m_all = tl.max(lse_all, 1)
+                m_all = tl.where(m_all == float("-inf"), 0.0, m_all)
+                denom = tl.sum(tl.exp2(lse_all - m_all[:, None]), 1)
+                denom = tl.where(denom == 0.0, 1.0, denom)
+                total = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+                for s in range(NUM_SPLITS):
+                    lse_s = tl.load(part_lse_ptr + row * NUM_SPLITS + s, mask=row_valid, other=float("-inf"))
+                    part = tl.load(part_out_ptr + ((row * NUM_SPLITS + s) * HEAD_DIM_PAD)[:, None] + offs_d[None, :],
+                                   mask=store_mask, other=0.0)
+                    total += part * tl.exp2(lse_s - m_all)[:, None]
+                o_ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+                tl.store(o_ptrs, (total / denom[:, None]).to(out_ptr.dtype.element_ty), mask=store_mask)
+                tl.atomic_xchg(counter_ptr + slot, 0)
 
 
 @triton.jit
@@ -418,6 +451,24 @@ def reshape_and_cache_triton(
     )
 
 
+_COUNTER_SLOTS = 1 << 14
+_counters: dict[torch.device, torch.Tensor] = {}
+
+
+def split_counters(device: torch.device, slots: int) -> torch.Tensor | None:
+    """Zeroed int32 arrival counters for the fused split reduce, one buffer per device, reused by every
+    launch (the kernel leaves them at zero). None (use the reduce kernel) when more slots are needed
+    than the buffer holds, or when the buffer would first be made during graph capture."""
+    if slots > _COUNTER_SLOTS:
+        return None
+    buf = _counters.get(device)
+    if buf is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        buf = _counters[device] = torch.zeros(_COUNTER_SLOTS, dtype=torch.int32, device=device)
+    return buf
+
+
 @functools.lru_cache(maxsize=None)
 def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -446,8 +497,16 @@ def unified_attention_triton(
     family: str,
     config: dict | None = None,
     softcap: float | None = None,
+    fused_reduce: bool | None = None,
 ) -> torch.Tensor:
-    """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one."""
+    """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one.
+
+    fused_reduce: with splits, the last split program of each (query block, KV head) combines them in
+    the same launch (when `split_counters` can serve it) instead of a second kernel. Off unless asked:
+    on an H100 it made a Llama-3-8B batch-1 step 86 us slower (the combining program's serial walk over
+    the splits costs more than the launch it saves; benchmarks/RESULTS.md), and on gfx942 with Triton
+    3.8 its code made the split kernel spill 20 bytes per lane.
+    """
     total_q, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     num_qpk = num_heads // num_kv_heads
@@ -471,13 +530,17 @@ def unified_attention_triton(
         )
     num_splits = max(1, int(num_splits))
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    counters = None
     if num_splits > 1:
         part_out = torch.empty(total_q * num_heads * num_splits * head_dim_pad, device=q.device, dtype=torch.float32)
         part_lse = torch.empty(total_q * num_heads * num_splits, device=q.device, dtype=torch.float32)
+        if fused_reduce:
+            counters = split_counters(q.device, num_q_blocks * num_kv_heads)
     else:
         part_out = part_lse = out
     _unified_attention_kernel[(num_q_blocks, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, out, part_out, part_lse, block_tables, seq_lens, query_start_loc,
+        q, k_cache, v_cache, out, part_out, part_lse, counters if counters is not None else seq_lens,
+        block_tables, seq_lens, query_start_loc,
         scale / softcap if softcap else scale * LOG2E, float(softcap or 0.0) * LOG2E, int(sliding_window or 0),
         num_seqs, num_heads,
         q.stride(0), q.stride(1),
@@ -486,9 +549,10 @@ def unified_attention_triton(
         out.stride(0), out.stride(1), block_tables.stride(0),
         NUM_QPK=num_qpk, BLOCK_M=block_m, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
         BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
-        NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), **launch, **PINNED_COMPILE_OPTIONS,
+        NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), FUSED_REDUCE=counters is not None,
+        SPLITS_PAD=next_pow2(num_splits), **launch, **PINNED_COMPILE_OPTIONS,
     )
-    if num_splits > 1:
+    if num_splits > 1 and counters is None:
         _split_reduce_kernel[(total_q, num_heads)](
             part_out, part_lse, out, num_heads, out.stride(0), out.stride(1),
             NUM_SPLITS=num_splits, SPLITS_PAD=next_pow2(num_splits), HEAD_DIM=head_dim,
@@ -508,7 +572,7 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
     signature = {
         "q_ptr": ptr, "k_cache_ptr": ptr, "v_cache_ptr": ptr, "out_ptr": ptr,
         "part_out_ptr": "*fp32" if num_splits > 1 else ptr, "part_lse_ptr": "*fp32" if num_splits > 1 else ptr,
-        "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "qsl_ptr": "*i32",
+        "counter_ptr": "*i32", "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "qsl_ptr": "*i32",
         "qk_scale": "fp32", "softcap_log2": "fp32", "sliding_window": "i32", "num_seqs": "i32", "num_heads": "i32",
         **{s: "i32" for s in ("stride_qt", "stride_qh", "stride_kb", "stride_ks", "stride_kh", "stride_vb",
                               "stride_vs", "stride_vh", "stride_ot", "stride_oh", "stride_bt")},
@@ -521,6 +585,7 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
             "NUM_QPK": num_qpk, "BLOCK_M": consts["BLOCK_M"], "BLOCK_Q": max(1, consts["BLOCK_M"] // num_qpk),
             "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim, "BLOCK_N": consts["BLOCK_N"], "PAGE_SIZE": 16,
             "USE_WINDOW": window, "NUM_SPLITS": num_splits, "USE_SOFTCAP": softcap,
+            "FUSED_REDUCE": False, "SPLITS_PAD": next_pow2(num_splits),  # AMD keeps the reduce kernel
         }
         return consts, launch
 

@@ -127,6 +127,7 @@ def unified_attention(
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
     softcap: float | None = None,
+    fused_reduce: bool | None = None,
 ) -> torch.Tensor:
     """Causal GQA attention of varlen-packed queries over a paged KV cache.
 
@@ -141,7 +142,8 @@ def unified_attention(
     No host synchronization: max_query_len / max_seq_len are caller-given upper bounds used only to
     size the launch, so the call can be captured in a CUDA/HIP graph. For few sequences with long
     contexts the key range is split across programs (flash-decoding) and reduced; `num_splits` forces
-    a split count (1 disables it).
+    a split count (1 disables it). The splits are combined by a second kernel, or with `fused_reduce`
+    by the last split to finish in the same launch (measured slower on an H100, so off by default).
     """
     check_qkv(q, k_cache, v_cache, kv_head_dim=2)
     if softcap is not None and not softcap > 0:
@@ -154,6 +156,7 @@ def unified_attention(
         return unified_attention_triton(
             q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
             softmax_scale, sliding_window, out, num_splits, tensor_family(q), softcap=softcap,
+            fused_reduce=fused_reduce,
         )
     return unified_attention_reference(
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,

@@ -4,12 +4,23 @@ Requests can be added at any time, also while others decode; each `step()` runs 
 (chunks of new prompts packed with the decode tokens of running sequences) and returns the tokens
 it produced. Finished sequences give their KV blocks back at once; when blocks run out the newest
 sequence is preempted and recomputed later (see `scheduler`).
+
+The host runs one step ahead of what it has read. `step()` schedules and launches step n (its inputs
+built while step n-1 still runs on the device; a token sampled by n-1 reaches n's inputs on the device,
+`runner.Feed`), then waits for step n-1's tokens (a non-blocking copy and an event) while step n runs,
+and returns step n-1's outputs. Sampling stays on the device (`sampling.sample_tokens`). So the
+scheduler, the input build, stop checks and streaming of one step overlap the device work of the
+next, and the device never idles waiting for the host. Until a token is read, `output_ids` holds
+`PENDING` in its place. A sequence whose last token reaches max_new_tokens (or max_model_len) is
+retired when that step is launched, so it never runs an extra step; one that ends on a stop token
+is known one step late: it ran one extra step, whose token is dropped and never reported. A batch
+that needs the true history (a repetition penalty) first reads the previous step, losing the overlap.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Sequence as Seq
 
 import torch
@@ -17,20 +28,41 @@ import torch
 from ..errors import InvalidArgumentError
 from .cache import PagedKVCache, blocks_for_memory
 from .paged_model import PagedDecoder
-from .runner import ModelRunner
-from .sampling import SamplingParams, sample_next
-from .scheduler import Scheduler, Sequence
+from .runner import Feed, ModelRunner
+from .sampling import SamplingParams, sample_tokens, to_device
+from .scheduler import PENDING, Scheduler, Sequence
 
 
 @dataclass
 class RequestOutput:
-    """What one step produced for one request."""
+    """What one step produced for one request; `output_ids`: every token generated up to this one."""
 
     request_id: Hashable
     new_token_ids: list[int]
-    output_ids: list[int]
     finished: bool
     finish_reason: str | None
+    _ids: list[int] = field(repr=False, default_factory=list)
+    _count: int = field(repr=False, default=0)
+
+    @property
+    def output_ids(self) -> list[int]:
+        # a slice of the live list: tokens before `_count` never change, later ones may still be pending
+        return self._ids[:self._count]
+
+
+@dataclass
+class _InFlight:
+    """A launched step whose sampled tokens the host has not read yet: `tokens` on the device, `host`
+    its non-blocking copy (complete once `event` fired); row i is `seqs[i]`'s token number `index[i]`."""
+
+    seqs: list[Sequence]
+    index: list[int]
+    tokens: torch.Tensor
+    host: torch.Tensor
+    event: Any
+
+    def feed(self) -> Feed:
+        return Feed({seq: row for row, seq in enumerate(self.seqs)}, self.tokens)
 
 
 class LLMEngine:
@@ -67,6 +99,7 @@ class LLMEngine:
         self._seqs: dict[Hashable, Sequence] = {}
         self._streamers: dict[Hashable, Any] = {}
         self._generators: dict[Hashable, torch.Generator] = {}
+        self._inflight: _InFlight | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -150,56 +183,108 @@ class LLMEngine:
         seq = self._seqs.pop(request_id, None)
         if seq is not None and seq.finish_reason is None:
             self.scheduler.finish(seq, "abort")
+        if self._inflight is not None and all(s.finish_reason is not None for s in self._inflight.seqs):
+            self._inflight = None  # nothing left in it to report
         self._end_stream(request_id)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        """Requests still queued or running, or a launched step whose tokens were not returned yet."""
+        return self.scheduler.has_unfinished() or self._inflight is not None
 
     def _end_stream(self, request_id: Hashable) -> None:
         streamer = self._streamers.pop(request_id, None)
         if streamer is not None:
             streamer.end()
 
-    def _check_finish(self, seq: Sequence, token: int) -> str | None:
-        if token in seq.params.stop_token_ids:
+    def _check_finish(self, seq: Sequence, token: int | None, count: int) -> str | None:
+        """Why `seq` ends with its `count`-th generated token (`token`; None: not known yet), or None."""
+        if token is not None and token in seq.params.stop_token_ids:
             return "stop"
-        if len(seq.output_ids) >= seq.params.max_new_tokens or seq.num_tokens >= self.decoder.max_model_len:
+        if count >= seq.params.max_new_tokens or len(seq.prompt_ids) + count >= self.decoder.max_model_len:
             return "length"
         return None
 
     def step(self) -> list[RequestOutput]:
-        """Run one batch; returns an output for every sequence that produced a token."""
+        """Launch the next batch and return the outputs of the one launched before it (see the module
+        docstring): an output for every sequence whose token was read, finished ones last-token included."""
         batch = self.scheduler.schedule()
-        if not batch.seqs:
-            return []
-        logits, sampled = self.runner.execute(batch)
-        tokens: list[int] = []
-        if sampled:
-            params = [s.params for s in sampled]
-            histories = [s.tokens for s in sampled] if any(p.repetition_penalty != 1.0 for p in params) else []
-            counts = [len(s.output_ids) for s in sampled]
-            tokens = sample_next(logits, params, histories, self.generator, counts)
-            for i, seq in enumerate(sampled):
-                own = self._generators.get(seq.request_id)
-                if own is not None and params[i].do_sample:
-                    tokens[i] = sample_next(logits[i:i + 1], params[i:i + 1], histories[i:i + 1], own, counts[i:i + 1])[0]
-        # committed only once the step succeeded: after an error (or Ctrl-C) the same work is simply redone
-        for seq, n in zip(batch.seqs, batch.num_new):
-            seq.num_computed += n
-        if not sampled:
-            return []
+        prev = self._inflight
+        outputs: list[RequestOutput] = []
+        if batch.seqs:
+            batch.feed = prev.feed() if prev is not None else None
+            logits, sampled = self.runner.execute(batch)
+            if prev is not None and any(s.params.repetition_penalty != 1.0 for s in sampled):
+                outputs = self._read(prev)  # the penalty needs every earlier token on the host
+                prev = self._inflight = None
+            tokens = self._sample(logits, sampled) if sampled else None
+            # committed only once the step launched: after an error (or Ctrl-C) the same work is simply redone
+            for seq, n in zip(batch.seqs, batch.num_new):
+                seq.num_computed += n
+            self._inflight = self._launched(sampled, tokens) if sampled else None
+        else:
+            self._inflight = None
+        if prev is not None:
+            outputs = self._read(prev)
+        return outputs
+
+    def _sample(self, logits: torch.Tensor, sampled: list[Sequence]) -> torch.Tensor:
+        """The sampled rows' next tokens on the device (no host sync)."""
+        params = [s.params for s in sampled]
+        histories = [s.tokens for s in sampled] if any(p.repetition_penalty != 1.0 for p in params) else []
+        counts = [len(s.output_ids) for s in sampled]
+        tokens = sample_tokens(logits, params, histories, self.generator, counts)
+        for i, seq in enumerate(sampled):
+            own = self._generators.get(seq.request_id)
+            if own is not None and params[i].do_sample:
+                tokens[i:i + 1] = sample_tokens(logits[i:i + 1], params[i:i + 1], histories[i:i + 1], own,
+                                                counts[i:i + 1])
+        return tokens
+
+    def _launched(self, sampled: list[Sequence], tokens: torch.Tensor) -> _InFlight | None:
+        """Hold places for the tokens just sampled, start their copy to the host, and retire the
+        sequences that end with them whatever they are."""
+        seqs, index, rows = [], [], []
+        for row, seq in enumerate(sampled):
+            if seq.finish_reason is not None:  # ended meanwhile (read early for a repetition penalty)
+                continue
+            seq.output_ids.append(PENDING)
+            seqs.append(seq)
+            index.append(len(seq.output_ids) - 1)
+            rows.append(row)
+            if self._check_finish(seq, None, len(seq.output_ids)) is not None:
+                self.scheduler.retire(seq)
+        if not seqs:
+            return None
+        if len(rows) != len(sampled):
+            tokens = tokens.index_select(0, to_device(rows, torch.long, tokens.device))
+        if tokens.device.type == "cuda":
+            host = tokens.to("cpu", non_blocking=True)  # lands in pinned memory
+            event = torch.cuda.Event()
+            event.record()
+        else:
+            host, event = tokens, None
+        return _InFlight(seqs, index, tokens, host, event)
+
+    def _read(self, step: _InFlight) -> list[RequestOutput]:
+        """Wait for a launched step's tokens, put them in place, and report them (stops, streams, ends)."""
+        if step.event is not None:
+            step.event.synchronize()
         outputs = []
-        for seq, token in zip(sampled, tokens):
-            seq.output_ids.append(token)
+        for seq, index, token in zip(step.seqs, step.index, step.host.tolist()):
+            if seq.finish_reason is not None:  # aborted, or ended by a stop token the step before
+                continue
+            seq.output_ids[index] = token
             streamer = self._streamers.get(seq.request_id)
             if streamer is not None:
                 streamer.put(torch.tensor([token]))
-            reason = self._check_finish(seq, token)
+            reason = self._check_finish(seq, token, index + 1)
             if reason is not None:
+                del seq.output_ids[index + 1:]  # a token of a step run after the end: never reported
                 self.scheduler.finish(seq, reason)
                 self._generators.pop(seq.request_id, None)
                 self._end_stream(seq.request_id)
-            outputs.append(RequestOutput(seq.request_id, [token], seq.output_ids, reason is not None, reason))
+            outputs.append(RequestOutput(seq.request_id, [token], reason is not None, reason, seq.output_ids,
+                                         index + 1))
         return outputs
 
     def run(self) -> dict[Hashable, list[int]]:

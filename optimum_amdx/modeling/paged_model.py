@@ -35,6 +35,9 @@ from .moe import moe_runner
 
 SUPPORTED_MODEL_TYPES = supported_model_types()
 
+DECODE_SPLIT_KEYS = 64
+"""Keys per decode-attention split: the decode key tile of the attention kernel on CUDA and CDNA."""
+
 
 @dataclass
 class BatchInputs:
@@ -149,6 +152,9 @@ class DecodeFusions:
         wave); 0 = the attention kernel's own choice (at least 4 tiles per split); n = n splits.
     act_gemm: with the skinny GEMM, SiLU(gate) * up is formed inside the down projection's GEMM
         (one launch fewer per layer). Off by default until it measures faster (benchmarks/RESULTS.md).
+    fused_reduce: split decode attention combines its splits in the same launch (the last split to
+        finish does it) instead of a second kernel per layer. Off by default: on an H100 the batch-1 step
+        took 5.88 ms with it against 5.80 without (32 fewer launches, but a slower attention).
     norm_gemm: with the skinny GEMM, the residual add + RMSNorm before q/k/v and before gate/up run
         inside those GEMMs (`skinny_gemm_norm`). Off by default: on an H200 every GEMM program
         re-reading the rows for the norm cost more than the launches it saved (benchmarks/RESULTS.md).
@@ -160,6 +166,7 @@ class DecodeFusions:
     decode_splits: int | None = None
     act_gemm: bool = False
     norm_gemm: bool = False
+    fused_reduce: bool = False
 
 
 def _is_silu(act: Callable[[torch.Tensor], torch.Tensor]) -> bool:
@@ -246,10 +253,11 @@ class PagedDecoder:
 
         A decode step of few sequences has only sequences x KV heads attention programs (8 for
         Llama-3-8B at batch 1), each walking its whole context: latency, not bandwidth. Splitting the
-        keys into one 128-key tile per program, up to 4 programs per compute unit, measured 0.47 ->
-        0.24 ms per step at batch 1 and 512 tokens of context on an H200 (benchmarks/RESULTS.md). The
-        kernel sizes splits from the actual lengths, so a graph captured for `max_seq_len` stays right
-        for shorter contexts (empty splits write nothing).
+        keys into one `DECODE_SPLIT_KEYS`-key tile per program, up to 4 programs per compute unit,
+        measured 0.47 -> 0.24 ms per step at batch 1 and 512 tokens of context on an H200 with 128-key
+        tiles, and 64-key tiles (the decode tile since) took another 10 -> 8 us per layer on an H100
+        (benchmarks/RESULTS.md). The kernel sizes splits from the actual lengths, so a graph captured
+        for `max_seq_len` stays right for shorter contexts (empty splits write nothing).
         """
         choice = self.fusions.decode_splits
         if max_query_len != 1 or choice == 0:
@@ -261,7 +269,7 @@ class PagedDecoder:
         programs = num_seqs * self.num_kv_heads
         if programs >= self._num_sms:
             return None
-        return max(1, min(64, 4 * self._num_sms // programs, -(-max_seq_len // 128)))
+        return max(1, min(64, 4 * self._num_sms // programs, -(-max_seq_len // DECODE_SPLIT_KEYS)))
 
     def _linear_fn(self, tokens: int) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
         """The matmul for a step of `tokens` rows: our skinny GEMM where this GPU family takes it, else F.linear."""
@@ -339,7 +347,8 @@ class PagedDecoder:
             attn = unified_attention(q, cache.k[i], cache.v[i], batch.block_tables, batch.seq_lens,
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
                                      softmax_scale=layer.parts.scale, sliding_window=layer.parts.window,
-                                     num_splits=splits, softcap=layer.parts.softcap)
+                                     num_splits=splits, softcap=layer.parts.softcap,
+                                     fused_reduce=self.fusions.fused_reduce)
             h = self._apply(layer.o_proj, attn.reshape(tokens, q_size), linear)
             if layer.parts.post_attn_norm is not None:
                 h = rms_norm(h, layer.parts.post_attn_norm.weight, layer.parts.post_attn_norm.eps)

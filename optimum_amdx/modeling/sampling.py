@@ -3,6 +3,11 @@
 The order of operations follows transformers' generate (repetition penalty, then temperature,
 top-k, top-p), so greedy output matches it token for token. Rows of one batch may carry different
 parameters; the all-greedy batch takes a single argmax.
+
+`sample_tokens` never waits for the GPU: its small per-row tensors go up with non-blocking copies and
+the draw is the exponential-race form of a one-sample multinomial (argmax of probs / Exp(1) noise),
+which is what `torch.multinomial` computes for one sample, with the same generator draws, minus its
+host-side validity check (a sync). The engine reads the tokens one step later (see `engine`).
 """
 
 from __future__ import annotations
@@ -69,10 +74,16 @@ class SamplingParams:
         return not self.do_sample
 
 
+def to_device(values: Sequence[int] | Sequence[float], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small host list as a tensor on `device`, copied without making the host wait for the GPU."""
+    host = torch.tensor(values, dtype=dtype)
+    return host.to(device, non_blocking=True) if device.type == "cuda" else host.to(device)
+
+
 def _apply_repetition_penalty(logits: torch.Tensor, rows: list[int], penalties: list[float],
                               histories: Sequence[Sequence[int]]) -> None:
     for row, penalty in zip(rows, penalties):
-        seen = torch.tensor(sorted(set(histories[row])), device=logits.device, dtype=torch.long)
+        seen = to_device(sorted(set(histories[row])), torch.long, logits.device)
         if seen.numel() == 0:
             continue
         score = logits[row].index_select(0, seen)
@@ -95,31 +106,50 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
 
 
-def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
-                histories: Sequence[Sequence[int]], generator: torch.Generator | None = None,
-                num_generated: Sequence[int] | None = None) -> list[int]:
-    """The next token of each row. logits [rows, vocab]; histories: prompt + generated ids per row
-    (needed only with a repetition penalty); num_generated: tokens generated so far per row."""
+def _draw_one(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row drawn with probability `probs` (rows need not be normalized): the same
+    exponential race and generator draws as `torch.multinomial(probs, 1)`, without its host sync."""
+    noise = torch.empty_like(probs).exponential_(1, generator=generator)
+    return (probs / noise).argmax(dim=-1)
+
+
+def sample_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
+                  histories: Sequence[Sequence[int]], generator: torch.Generator | None = None,
+                  num_generated: Sequence[int] | None = None) -> torch.Tensor:
+    """The next token of each row as an int64 tensor on the logits' device, without a host sync.
+
+    logits [rows, vocab]; histories: prompt + generated ids per row (needed only with a repetition
+    penalty); num_generated: tokens generated so far per row (for min_new_tokens)."""
     counts = num_generated if num_generated is not None else [0] * len(params)
     blocked = [i for i, p in enumerate(params) if p.stop_token_ids and counts[i] < p.min_new_tokens]
     if not blocked and all(p.greedy and p.repetition_penalty == 1.0 for p in params):
-        return logits.argmax(dim=-1).tolist()
+        return logits.argmax(dim=-1)
+    dev = logits.device
     logits = logits.float().clone()
-    for row in blocked:
-        logits[row, list(params[row].stop_token_ids)] = float("-inf")
+    if blocked:
+        rows = [row for row in blocked for _ in params[row].stop_token_ids]
+        cols = [t for row in blocked for t in params[row].stop_token_ids]
+        logits.index_put_((to_device(rows, torch.long, dev), to_device(cols, torch.long, dev)),
+                          torch.full((), float("-inf"), device=dev))  # filled on the device: no copy
     pen_rows = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
     if pen_rows:
         _apply_repetition_penalty(logits, pen_rows, [params[i].repetition_penalty for i in pen_rows], histories)
     out = logits.argmax(dim=-1)
     sample_rows = [i for i, p in enumerate(params) if p.do_sample]
     if sample_rows:
-        idx = torch.tensor(sample_rows, device=logits.device)
+        idx = to_device(sample_rows, torch.long, dev)
         sub = logits.index_select(0, idx)
-        temps = torch.tensor([params[i].temperature for i in sample_rows], device=logits.device)
+        temps = to_device([params[i].temperature for i in sample_rows], torch.float32, dev)
         sub = sub / temps[:, None]
-        top_k = torch.tensor([params[i].top_k for i in sample_rows], device=logits.device)
-        top_p = torch.tensor([params[i].top_p for i in sample_rows], device=logits.device, dtype=torch.float32)
+        top_k = to_device([params[i].top_k for i in sample_rows], torch.long, dev)
+        top_p = to_device([params[i].top_p for i in sample_rows], torch.float32, dev)
         sub = _filter_top_k_top_p(sub, top_k, top_p)
-        picked = torch.multinomial(sub.softmax(dim=-1), 1, generator=generator).squeeze(1)
-        out = out.index_copy(0, idx, picked)
-    return out.tolist()
+        out = out.index_copy(0, idx, _draw_one(sub.softmax(dim=-1), generator))
+    return out
+
+
+def sample_next(logits: torch.Tensor, params: Sequence[SamplingParams],
+                histories: Sequence[Sequence[int]], generator: torch.Generator | None = None,
+                num_generated: Sequence[int] | None = None) -> list[int]:
+    """`sample_tokens` read back to the host (waits for the GPU)."""
+    return sample_tokens(logits, params, histories, generator, num_generated).tolist()

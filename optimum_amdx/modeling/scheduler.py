@@ -16,11 +16,15 @@ import collections
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import Hashable
+from typing import Any, Hashable
 
 from ..errors import InvalidArgumentError, OutOfBlocksError
 from .cache import BlockAllocator
 from .sampling import SamplingParams
+
+
+PENDING = -1
+"""Stands in `Sequence.output_ids` for a token sampled on the device but not yet read by the host."""
 
 
 class SeqStatus(enum.Enum):
@@ -55,10 +59,12 @@ class Sequence:
 
 @dataclass
 class ScheduledBatch:
-    """The sequences of one step and how many new tokens each contributes, in packing order."""
+    """The sequences of one step and how many new tokens each contributes, in packing order.
+    `feed`: where tokens still `PENDING` on the host are found on the device (a `runner.Feed`; set by the engine)."""
 
     seqs: list[Sequence]
     num_new: list[int]
+    feed: Any = None
 
     @property
     def is_pure_decode(self) -> bool:
@@ -180,6 +186,17 @@ class Scheduler:
             batch.num_new.append(n)
             budget -= n
         return batch
+
+    def retire(self, seq: Sequence) -> None:
+        """Stop scheduling a running sequence whose end is already certain (its last token, still on the
+        device, reaches max_new_tokens or max_model_len) and free its blocks now; the engine calls
+        `finish` with the reason once the token is read. Steps already queued on the device that still
+        write these blocks run before any later step that reuses them (one stream)."""
+        self.allocator.free(seq.blocks)
+        seq.blocks = []
+        seq.status = SeqStatus.FINISHED
+        if seq in self.running:
+            self.running.remove(seq)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """Retire a sequence and return its blocks."""

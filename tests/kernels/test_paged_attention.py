@@ -239,3 +239,19 @@ def test_split_k_heuristic_only_splits_an_underfilled_gpu():
     assert choose_num_splits("cdna3", 1, 8, 1024, 1, 304, 64) == 4
     assert choose_num_splits("hopper", 4, 8, 16384, 512, 132, 128) == 1
     assert choose_num_splits("cpu", 1, 1, 16384, 1, 1, 16) == 1
+
+
+@pytest.mark.parametrize("num_splits", [2, 5])
+def test_fused_split_reduce_matches_the_reduce_kernel_and_leaves_counters_at_zero(num_splits):
+    from optimum_amdx.kernels._paged_attention_triton import split_counters
+
+    batch = make_batch(31, [150, 7, 64, 1], [1, 1, 1, 1], 8, 2, 128, 16, torch.float16)
+    two_kernels = unified_attention(**batch, num_splits=num_splits, fused_reduce=False)
+    for _ in range(2):  # a second launch must start from zeroed counters (graph replays rely on it)
+        fused = unified_attention(**batch, num_splits=num_splits, fused_reduce=True)
+        torch.testing.assert_close(fused.float(), two_kernels.float(), atol=1e-3, rtol=1e-3)
+        ref = unified_attention_reference(**batch)
+        torch.testing.assert_close(fused.float(), ref.float(), atol=TOL[torch.float16][0], rtol=TOL[torch.float16][1])
+    counters = split_counters(batch["q"].device, 1)
+    if counters is not None:
+        assert int(counters.abs().sum()) == 0

@@ -19,8 +19,8 @@ def _decoder(sms: int = 132) -> PagedDecoder:
 
 def test_decode_splits_one_tile_per_program_while_the_grid_is_under_a_wave():
     dec = _decoder()  # 2 KV heads
-    assert dec.decode_splits(1, 1, 576) == 5  # ceil(576 / 128) tiles, far under 4 programs per SM
-    assert dec.decode_splits(1, 1, 4096) == 32
+    assert dec.decode_splits(1, 1, 576) == 9  # ceil(576 / 64) tiles, far under 4 programs per SM
+    assert dec.decode_splits(1, 1, 4096) == 64
     assert dec.decode_splits(40, 1, 4096) == 6  # 80 programs: up to 4 * 132 // 80 splits
     assert dec.decode_splits(66, 1, 4096) is None  # 132 programs fill the GPU: the kernel decides
     assert dec.decode_splits(1, 7, 4096) is None  # not a pure decode step
