@@ -73,17 +73,50 @@ def ours_ms(w0: W4A16Weight, m: int, config: Optional[dict[str, Any]] = None, ro
     return graph_ms([lambda w=w: w4a16_matmul(x, w, config=config, route=route) for w in ws])
 
 
+CROSS_MS = [2, 8, 16, 17, 24, 32, 48, 64, 128, 255, 512, 1024, 2048]
+
+
 def crossover(shapes: list[tuple[int, int]]) -> list[dict[str, Any]]:
-    """Both routes at the row counts where the dispatcher switches (the one threshold, STREAM_MAX_M)."""
+    """Every route at the row counts where the dispatcher switches (`w4a16.ROUTE_LIMITS`), with
+    torch fp16 on the dense weight beside them: stream (up to 64 rows), fused GEMM, dequant + BLAS."""
     rows = []
     for k, n in shapes:
         w, _ = random_gptq(k, n, 128, False, seed=5 * k + n)
-        for m in (16, 24, 32, 48, 64, 128, 255):
-            r = {"K": k, "N": n, "M": m, "stream_ms": ours_ms(w, m, route="stream"),
-                 "dequant_ms": ours_ms(w, m, route="dequant")}
+        for m in CROSS_MS:
+            r = {"K": k, "N": n, "M": m, "stream_ms": ours_ms(w, m, route="stream") if m <= 64 else float("nan"),
+                 "gemm_ms": ours_ms(w, m, route="gemm") if m > 1 else float("nan"),
+                 "dequant_ms": ours_ms(w, m, route="dequant"), "fp16_ms": fp16_ms(k, n, m)}
             rows.append(r)
-            print(f"  crossover {k}x{n} M={m}: stream {r['stream_ms'] * 1e3:.1f} us, dequant+BLAS "
-                  f"{r['dequant_ms'] * 1e3:.1f} us", flush=True)
+            print(f"  crossover {k}x{n} M={m}: stream {r['stream_ms'] * 1e3:.1f} us, gemm {r['gemm_ms'] * 1e3:.1f} us, "
+                  f"dequant+BLAS {r['dequant_ms'] * 1e3:.1f} us, fp16 {r['fp16_ms'] * 1e3:.1f} us", flush=True)
+    return rows
+
+
+def _gemm_sweep_configs(m: int) -> list[dict[str, Any]]:
+    if m <= 64:
+        bm = max(16, m)
+        return [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": st, "X_PREP": xp, "waves": wv}
+                for bn in (64, 128) for nw in (4, 8) for st in (1, 3) for xp in (False, True)
+                for wv in ((2,) if (bn, nw, st) != (128, 4, 3) else (1, 2, 4))]
+    return [{"BLOCK_M": bm, "BLOCK_N": 128, "num_warps": nw, "num_stages": st, "X_PREP": True, "waves": 1}
+            for bm in (64, 128) for nw in (4, 8) for st in (3, 4) if not (bm == 64 and nw == 8)]
+
+
+def gemm_sweep(copy_bw: float, ms: list[int]) -> list[dict[str, Any]]:
+    """Tiles, warps, pipeline stages, x gathered once per call (X_PREP) and the split-K target of the
+    fused GEMM, on two shapes (g128 sym; M=64 also act-order)."""
+    rows = []
+    for (k, n), m in itertools.product(((4096, 14336), (4096, 4096)), ms):
+        w, _ = random_gptq(k, n, 128, False, seed=k + n)
+        for cfg in _gemm_sweep_configs(m):
+            try:
+                t = ours_ms(w, m, cfg, route="gemm")
+            except Exception as exc:  # noqa: BLE001 - a config that fails is recorded, not fatal
+                rows.append({"K": k, "N": n, "M": m, "config": cfg, "error": str(exc)[:200]})
+                print(f"  gemm-sweep {k}x{n} M={m} {cfg}: error {str(exc)[:120]}", flush=True)
+                continue
+            rows.append({"K": k, "N": n, "M": m, "config": cfg, "ms": t})
+            print(f"  gemm-sweep {k}x{n} M={m} {cfg}: {t * 1e3:.1f} us", flush=True)
     return rows
 
 
@@ -216,6 +249,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--sweep-only", action="store_true", help="only the config sweep")
     parser.add_argument("--crossover-only", action="store_true", help="only stream vs dequant at 16..255 rows")
     parser.add_argument("--sweep-m", default="1,16,32,64,128", help="row counts the sweep covers")
+    parser.add_argument("--gemm-sweep-only", action="store_true", help="only the fused GEMM config sweep")
+    parser.add_argument("--gemm-sweep-m", default="32,64,256,1024", help="row counts the GEMM sweep covers")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_w4a16 needs a GPU (torch.cuda)", file=sys.stderr)
@@ -226,6 +261,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                               "copy_GB_s": copy_bw / 1e9, "matmul_TFLOP_s": mm_rate / 1e12}
     print(f"device {result['device']} ({result['arch']}); copy {copy_bw / 1e9:.0f} GB/s; fp16 matmul "
           f"{mm_rate / 1e12:.0f} TFLOP/s", flush=True)
+    if args.gemm_sweep_only:
+        result["gemm_sweep"] = gemm_sweep(copy_bw, [int(v) for v in args.gemm_sweep_m.split(",")])
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1, default=str)
+        return 0
     if args.crossover_only:
         result["crossover"] = crossover(BATCH_SHAPES)
         if args.out:

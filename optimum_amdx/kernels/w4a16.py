@@ -43,6 +43,7 @@ __all__ = [
     "w4a16_matmul_reference",
     "choose_route",
     "STREAM_MAX_M",
+    "ROUTE_LIMITS",
 ]
 
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -209,6 +210,8 @@ class W4A16Weight:
     bits: int
     kernel_ready: bool
     raw: Optional[dict[str, Any]] = None
+    x_order: Optional["torch.Tensor"] = None
+    """Made on first use by the fused GEMM when its config gathers x once per call (`X_PREP`)."""
 
     @property
     def k_tiles(self) -> int:
@@ -378,19 +381,33 @@ def _check_x(x: "torch.Tensor", w: W4A16Weight) -> None:
         raise InvalidArgumentError(f"W4A16 activations must be float16 or bfloat16, got {x.dtype}.")
 
 
-STREAM_MAX_M: dict[str, int] = {"default": 32, "cpu": 1 << 62}
-"""The dispatcher's one threshold, per arch family: up to this many rows the fused stream-K kernel
-runs (dequantizing in registers); from the next row on, dequantize once into a dense weight and
-call the BLAS matmul, which amortizes the dense write over many rows. H200, both routes in one run
-(benchmarks/RESULTS.md): at 32 rows the stream kernel is 1.4x faster on 4096x14336 (58 vs 81 us),
-at 48 rows dequant + BLAS is 1.2x faster (82 vs 96 us), at 255 rows 2.3x. AMD families use the
-same value until measured there. The interpreter never takes the dequant route on its own (it
-would test the BLAS, not our kernel)."""
+ROUTE_LIMITS: dict[str, tuple[int, int]] = {
+    "hopper": (16, 1024),
+    "cdna": (16, 1024),
+    "rdna3": (16, 1024),
+    "default": (16, 1024),
+    "cpu": (16, 1 << 62),
+}
+"""The dispatcher's thresholds, all of them, per arch family: ``(stream_max, gemm_max)``. Up to
+``stream_max`` rows the persistent stream-K kernel runs (its one-row FMA loop and 16-row dot tile);
+up to ``gemm_max`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in registers, fed to
+``tl.dot``, split-K when the tiles do not fill the GPU); above it, dequantize once into a dense
+weight and call the BLAS matmul, which amortizes the dense write over very many rows. Set from the
+H200 crossover run (benchmarks/RESULTS.md, section w4gemm); the AMD families use the same values until
+measured there. The interpreter ("cpu") never takes the dequant route on its own (that would test the
+BLAS, not our kernels)."""
+STREAM_MAX_M: dict[str, int] = {fam: lim[0] for fam, lim in ROUTE_LIMITS.items()}
+"""Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`; kept for its callers)."""
+_FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 
 
 def choose_route(m: int, family: str) -> str:
-    """"stream" (fused kernel) or "dequant" (dense weight + BLAS) for `m` rows on an arch family."""
-    return "stream" if m <= STREAM_MAX_M.get(family, STREAM_MAX_M["default"]) else "dequant"
+    """"stream" (persistent GEMV-like kernel), "gemm" (fused tiled GEMM) or "dequant" (dense weight +
+    BLAS) for `m` rows on an arch family (the one place the thresholds are read)."""
+    stream_max, gemm_max = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
+    if m <= stream_max:
+        return "stream"
+    return "gemm" if m <= gemm_max else "dequant"
 
 
 def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None,
@@ -417,11 +434,15 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
     route = route or choose_route(m, arch_family(arch))
     if route == "dequant":
         out = kt.dequant_matmul(x2, w, bias, arch)
+    elif route == "gemm":
+        from . import _w4a16_gemm_triton as kg
+
+        out = kg.gemm_matmul(x2, w, bias, arch, config)
     elif route == "stream":
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
         for m0 in range(0, m, kt.WS_ROWS):  # more rows than the workspace holds: only when forced
             rows = slice(m0, min(m, m0 + kt.WS_ROWS))
             kt.stream_matmul(x2[rows], w, bias, out[rows], arch, config)
     else:
-        raise InvalidArgumentError(f"route={route!r} is unknown; expected 'stream' or 'dequant'.")
+        raise InvalidArgumentError(f"route={route!r} is unknown; expected 'stream', 'gemm' or 'dequant'.")
     return out.reshape(*x.shape[:-1], n)

@@ -241,6 +241,40 @@ def test_stream_every_m_and_split(m, k, n, group, sym, act_order, fmt, dtype, pr
     torch.testing.assert_close(out.float(), exact, rtol=0, atol=tol * exact.abs().max().item())
 
 
+GEMM_CASES = [
+    # (M, K, N, group, sym, act_order, fmt, dtype, config): the fused GEMM on every option: split-K
+    # (the ticket and the workspace), x gathered in the kernel or once per call, 32/64/128-column
+    # slices of a tile, groups 32/64/128/-1, odd M, K and N off the tiles, fp16/bf16, bias
+    (17, 200, 72, 64, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "SPLIT": 2}),
+    (33, 384, 96, 32, False, True, "gptq_v2", torch.bfloat16, {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT": 3}),
+    (5, 264, 50, -1, True, False, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 64, "X_PREP": True, "SPLIT": 2}),
+    (19, 200, 40, 32, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "X_PREP": True}),
+    (40, 256, 136, 128, True, False, "gptq", torch.bfloat16, {"BLOCK_M": 32, "BLOCK_N": 128}),
+    (21, 256, 64, 64, False, False, "gptq_v2", torch.float16, {"BLOCK_M": 32, "BLOCK_N": 64, "X_PREP": True,
+                                                                 "SPLIT": 2}),
+]
+
+
+@pytest.mark.parametrize("m,k,n,group,sym,act_order,fmt,dtype,cfg", GEMM_CASES)
+def test_fused_gemm_matches_exact(m, k, n, group, sym, act_order, fmt, dtype, cfg):
+    from optimum_amdx.kernels._w4a16_gemm_triton import _WORKSPACES
+
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=3 * m + k + n)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), bits=4,
+                            group_size=group, checkpoint_format=fmt)
+    g = torch.Generator().manual_seed(m * 7 + k)
+    x = torch.randn(m, k, generator=g).to(dtype).to(DEVICE)
+    bias = torch.randn(n, generator=g).to(dtype).to(DEVICE) if m % 2 else None
+    exact = x.float() @ expected.to(DEVICE) + (bias.float() if bias is not None else 0)
+    tol = 2e-2 if dtype == torch.float16 else 6e-2
+    for _ in range(2):  # the second call reuses the workspace the first one left zeroed
+        out = w4a16_matmul(x, w, bias, route="gemm", config=dict(cfg, num_warps=4 if DEVICE == "cuda" else 1))
+        assert out.dtype == dtype and out.shape == (m, n)
+        torch.testing.assert_close(out.float(), exact, rtol=0, atol=tol * exact.abs().max().item())
+    for ws, cnt in _WORKSPACES.values():
+        assert int(cnt.abs().sum()) == 0 and float(ws.abs().sum()) == 0.0
+
+
 @pytest.mark.parametrize("sym", [True, False])
 def test_gemv_m1_error_is_the_fp16_rounding_of_the_output(sym):
     """The M=1 loop keeps the nibble high in a float32 mantissa and takes the bias off once per word;
@@ -259,8 +293,14 @@ def test_dispatch_and_grid_choices():
     from optimum_amdx.kernels._w4a16_triton import _chunks, stream_config, stream_grid
     from optimum_amdx.kernels.w4a16 import choose_route
 
-    assert choose_route(1, "hopper") == "stream" and choose_route(32, "cdna3") == "stream"
-    assert choose_route(33, "cdna3") == "dequant" and choose_route(4096, "cpu") == "stream"
+    from optimum_amdx.kernels.w4a16 import ROUTE_LIMITS
+
+    for fam in ("hopper", "cdna3", "rdna3", "default", "nvidia"):
+        stream_max, gemm_max = ROUTE_LIMITS.get({"cdna3": "cdna"}.get(fam, fam), ROUTE_LIMITS["default"])
+        assert choose_route(1, fam) == "stream" and choose_route(stream_max, fam) == "stream"
+        assert choose_route(stream_max + 1, fam) == "gemm" and choose_route(gemm_max, fam) == "gemm"
+        assert choose_route(gemm_max + 1, fam) == "dequant"
+    assert choose_route(1 << 20, "cpu") == "gemm"  # the interpreter never tests the BLAS on its own
     assert stream_config("sm_90", 1)["BLOCK_M"] == 1 and stream_config("gfx942", 2)["BLOCK_M"] == 16
     assert stream_config("gfx1100", 40)["BLOCK_M"] == 16 and stream_config("gfx90a", 200)["BLOCK_M"] == 64
     assert stream_config("sm_90", 64)["BLOCK_M"] == 32
