@@ -93,13 +93,18 @@ def crossover(shapes: list[tuple[int, int]]) -> list[dict[str, Any]]:
 
 
 def _gemm_sweep_configs(m: int) -> list[dict[str, Any]]:
+    """Tile width and warps x register prefetch depth (0, 1, 2 tiles ahead) with the operand in row
+    order (NATURAL), one baseline in the bit-reversed plane order, and the split-K target (waves)."""
     if m <= 64:
         bm = max(16, m)
-        return [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": st, "X_PREP": xp, "waves": wv}
-                for bn in (64, 128) for nw in (4, 8) for st in (1, 3) for xp in (False, True)
-                for wv in ((2,) if (bn, nw, st) != (128, 4, 3) else (1, 2, 4))]
-    return [{"BLOCK_M": bm, "BLOCK_N": 128, "num_warps": nw, "num_stages": st, "X_PREP": True, "waves": 1}
-            for bm in (64, 128) for nw in (4, 8) for st in (3, 4) if not (bm == 64 and nw == 8)]
+        cfgs = [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": 1, "NATURAL": True, "PREFETCH": pf,
+                 "waves": 2} for bn, nw in ((64, 4), (128, 8), (64, 8), (128, 4)) for pf in (0, 1, 2)]
+        cfgs.append({"BLOCK_M": bm, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 2})
+        cfgs += [{"BLOCK_M": bm, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1, "NATURAL": True, "PREFETCH": 2,
+                  "waves": wv} for wv in (1, 4, 8)]
+        return cfgs
+    return [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": 1, "NATURAL": True, "PREFETCH": pf,
+             "waves": 1} for bm in (64, 128) for bn, nw in ((128, 8), (64, 4)) for pf in (0, 2)]
 
 
 def gemm_sweep(copy_bw: float, ms: list[int]) -> list[dict[str, Any]]:
@@ -250,7 +255,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--crossover-only", action="store_true", help="only stream vs dequant at 16..255 rows")
     parser.add_argument("--sweep-m", default="1,16,32,64,128", help="row counts the sweep covers")
     parser.add_argument("--gemm-sweep-only", action="store_true", help="only the fused GEMM config sweep")
-    parser.add_argument("--gemm-sweep-m", default="32,64,256,1024", help="row counts the GEMM sweep covers")
+    parser.add_argument("--gemm-sweep-m", default="16,32,64,128,256,1024", help="row counts the GEMM sweep covers")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_w4a16 needs a GPU (torch.cuda)", file=sys.stderr)

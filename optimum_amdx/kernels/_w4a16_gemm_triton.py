@@ -85,12 +85,36 @@ def _group_sc(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZER
 
 
 @triton.jit
+def _x_tile(x_ptr, perm_ptr, k0, rows_p, offs_p, offs_m, m_mask, stride_xm, K, HAS_PERM: tl.constexpr,
+            EVEN_K: tl.constexpr, X_PREP: tl.constexpr):
+    """Activations x^T [128, BLOCK_M] of K tile starting at sorted row k0, in the joined operand's order."""
+    if X_PREP:  # the front wrote x already permuted into (tile, position) order: contiguous, no K mask
+        x_t = tl.load(x_ptr + offs_m[None, :] * stride_xm + (k0 + offs_p)[:, None], mask=m_mask[None, :], other=0.0)
+    else:
+        rows = k0 + rows_p
+        if HAS_PERM:
+            if EVEN_K:
+                cols = tl.load(perm_ptr + rows)
+            else:
+                cols = tl.load(perm_ptr + rows, mask=rows < K, other=0)
+        else:
+            cols = rows
+        x_ptrs = x_ptr + offs_m[None, :] * stride_xm + cols[:, None]
+        if EVEN_K:
+            x_t = tl.load(x_ptrs, mask=m_mask[None, :], other=0.0)
+        else:
+            x_t = tl.load(x_ptrs, mask=m_mask[None, :] & (rows < K)[:, None], other=0.0)
+    return x_t
+
+
+@triton.jit
 def _w4a16_gemm_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, K, KT, stride_xm, stride_om, tiles_per_split, e7_bits,
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_PERM: tl.constexpr, HAS_BIAS: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, X_PREP: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, X_PREP: tl.constexpr, NATURAL: tl.constexpr = False,
+    PREFETCH: tl.constexpr = 0,
 ):
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane)
     PLANES: tl.constexpr = 8 // CHUNKS
@@ -109,32 +133,33 @@ def _w4a16_gemm_kernel(
     # joined operand position p = r * 8 + t holds plane bitrev3(t), row r
     offs_p = tl.arange(0, 128)
     t = offs_p % 8
-    rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + offs_p // 8
+    if NATURAL:
+        rows_p = offs_p
+    else:
+        rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + offs_p // 8
     kt0 = pid_k * tiles_per_split
     kt1 = tl.minimum(KT, kt0 + tiles_per_split)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     dt = x_ptr.dtype.element_ty
+    if PREFETCH > 0:
+        packed = tl.load(qw_ptr + w_offs + kt0 * 2048)
+        x_t = _x_tile(x_ptr, perm_ptr, kt0 * 128, rows_p, offs_p, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K, X_PREP)
+    if PREFETCH > 1:
+        packed_n = tl.load(qw_ptr + w_offs + tl.minimum(kt0 + 1, kt1 - 1) * 2048)
     for kt in range(kt0, kt1):
         k0 = kt * 128
-        packed = tl.load(qw_ptr + w_offs + kt * 2048)
-        # activations x^T [128, BLOCK_M] in the joined order
-        if X_PREP:  # the front wrote x already permuted into (tile, position) order: contiguous, no mask
-            x_t = tl.load(x_ptr + offs_m[None, :] * stride_xm + (k0 + offs_p)[:, None], mask=m_mask[None, :],
-                          other=0.0)
+        if PREFETCH > 0:  # the next tiles' words (and the next activations) in flight while this one is computed
+            kn = tl.minimum(kt + 1, kt1 - 1)
+            if PREFETCH > 1:  # two tiles ahead: even if the compiler sinks the load to the end of the iteration,
+                # a whole iteration passes before its words are used
+                packed_nn = tl.load(qw_ptr + w_offs + tl.minimum(kt + 2, kt1 - 1) * 2048)
+            else:
+                packed_n = tl.load(qw_ptr + w_offs + kn * 2048)
+            x_n = _x_tile(x_ptr, perm_ptr, kn * 128, rows_p, offs_p, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K,
+                          X_PREP)
         else:
-            rows = k0 + rows_p
-            if HAS_PERM:
-                if EVEN_K:
-                    cols = tl.load(perm_ptr + rows)
-                else:
-                    cols = tl.load(perm_ptr + rows, mask=rows < K, other=0)
-            else:
-                cols = rows
-            x_ptrs = x_ptr + offs_m[None, :] * stride_xm + cols[:, None]
-            if EVEN_K:
-                x_t = tl.load(x_ptrs, mask=m_mask[None, :], other=0.0)
-            else:
-                x_t = tl.load(x_ptrs, mask=m_mask[None, :] & (rows < K)[:, None], other=0.0)
+            packed = tl.load(qw_ptr + w_offs + kt * 2048)
+            x_t = _x_tile(x_ptr, perm_ptr, k0, rows_p, offs_p, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K, X_PREP)
         w_l16 = packed << 16
         w_l8 = packed << 8
         w_r8 = packed >> 8
@@ -166,8 +191,16 @@ def _w4a16_gemm_kernel(
         w7 = _plane(w_r16, e7_bits, s7, co7, 7).to(dt)
         # [BLOCK_N, 16, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c
         wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
-        wt = tl.reshape(wt, [BLOCK_N, 128])
+        if NATURAL:  # [BLOCK_N, c, b, a, r]: position = plane * 16 + r = the tile's row, x needs no reorder
+            wt = tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
+        else:
+            wt = tl.reshape(wt, [BLOCK_N, 128])
         acc = tl.dot(wt, x_t, acc)
+        if PREFETCH > 0:
+            packed = packed_n
+            x_t = x_n
+        if PREFETCH > 1:
+            packed_n = packed_nn
     out_mask = (offs_n < N)[:, None] & m_mask[None, :]
     out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
     if SPLIT == 1:
@@ -197,11 +230,14 @@ GEMM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # rows class (largest M it serves) -> tile and launch options. "waves": the split-K target, in
     # programs per CU/SM: K is split until (M blocks x N blocks x splits) reaches waves x CUs.
     # Hopper: from the H200 sweep (benchmarks/RESULTS.md, section w4gemm).
-    "hopper": {16: {"BLOCK_M": 16, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "waves": 2},
-               32: {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "waves": 2},
-               64: {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "waves": 2},
-               128: {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "waves": 2},
-               1 << 30: {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1}},
+    "hopper": {16: {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 2, "NATURAL": True,
+                    "PREFETCH": 2},
+               32: {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1, "waves": 2, "NATURAL": True,
+                    "PREFETCH": 2},
+               64: {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1, "waves": 2, "NATURAL": True,
+                    "PREFETCH": 2},
+               1 << 30: {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1, "waves": 1,
+                         "NATURAL": True, "PREFETCH": 2}},
     # CDNA (wave64, 64 KiB LDS on gfx90a/gfx942): the joined weight tile goes through LDS for the MFMA
     # operand layout, so the x stage plus the weight tile must stay within 64 KiB
     "cdna": {16: {"BLOCK_M": 16, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "waves": 2,
@@ -287,22 +323,22 @@ def _num_cus(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def x_index(w: "W4A16Weight") -> torch.Tensor:
+def x_index(w: "W4A16Weight", natural: bool) -> torch.Tensor:
     """int32 [KT * 128]: for position ``p`` of K tile ``kt`` (the kernel's joined order), the column of
     x it meets (``perm`` applied for act-order), or K (a zero column) for padded rows. Made once per
     weight and kept on it (`W4A16Weight.x_order`)."""
-    idx = w.x_order
+    idx = (w.x_order or {}).get(natural)
     if idx is None:
         p = torch.arange(TILE, device=w.qweight.device)
         t = p % 8
-        rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + p // 8
+        rows_p = p if natural else ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + p // 8
         rows = (torch.arange(w.k_tiles, device=p.device)[:, None] * TILE + rows_p[None, :]).reshape(-1)
         valid = rows < w.in_features
         src = rows.clamp(max=w.in_features - 1)
         if w.perm is not None:
             src = w.perm.long()[src]
         idx = torch.where(valid, src, torch.full_like(src, w.in_features)).to(torch.int32)
-        w.x_order = idx
+        w.x_order = {**(w.x_order or {}), natural: idx}
     return idx
 
 
@@ -320,8 +356,9 @@ def gemm_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
     m_blocks, n_blocks = triton.cdiv(m, block_m), triton.cdiv(n, block_n)
     splits, per = split_k(m_blocks, n_blocks, kt, cfg, _num_cus(x2.device))
     x_prep = bool(cfg.get("X_PREP", False))
+    natural = bool(cfg.get("NATURAL", False))
     if x_prep:  # x gathered once into the kernel's (tile, position) order, a zero column for padding
-        x_src = torch.nn.functional.pad(x2, (0, 1)).index_select(1, x_index(w))
+        x_src = torch.nn.functional.pad(x2, (0, 1)).index_select(1, x_index(w, natural))
     else:
         x_src = x2
     ws, cnt = _workspace(x2.device, n, m) if splits > 1 else (out, out)
@@ -332,7 +369,8 @@ def gemm_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
         m, n, k, kt, x_src.stride(0), out.stride(0), per, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=chunks(gs), BLOCK_M=block_m, BLOCK_N=block_n, SPLIT=splits,
         HAS_ZEROS=w.zeros is not None, HAS_PERM=w.perm is not None and not x_prep, HAS_BIAS=bias is not None,
-        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, X_PREP=x_prep, **launch_options(cfg, arch),
+        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, X_PREP=x_prep, NATURAL=natural,
+        PREFETCH=int(cfg.get("PREFETCH", 0)), **launch_options(cfg, arch),
     )
     return out
 

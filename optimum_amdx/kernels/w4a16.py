@@ -210,8 +210,9 @@ class W4A16Weight:
     bits: int
     kernel_ready: bool
     raw: Optional[dict[str, Any]] = None
-    x_order: Optional["torch.Tensor"] = None
-    """Made on first use by the fused GEMM when its config gathers x once per call (`X_PREP`)."""
+    x_order: Optional[dict[bool, "torch.Tensor"]] = None
+    """x column order per operand order, made on first use by the fused GEMM when its config gathers x
+    once per call (`X_PREP`)."""
 
     @property
     def k_tiles(self) -> int:

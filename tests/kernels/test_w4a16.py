@@ -181,7 +181,7 @@ def test_split_stream_workspace_is_left_clean_and_reused():
     for m, programs in ((1, 3), (5, 4), (1, 2), (20, 3)):
         x = torch.randn(m, 512, generator=g).half().to(DEVICE)
         cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs}
-        out = w4a16_matmul(x, w, config=cfg)
+        out = w4a16_matmul(x, w, config=cfg, route="stream")
         ref = w4a16_matmul_reference(x, w).float()
         torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-3 * ref.abs().max().item())
         ws, cnt = _WORKSPACES[(x.device, 64)]
@@ -234,7 +234,7 @@ def test_stream_every_m_and_split(m, k, n, group, sym, act_order, fmt, dtype, pr
     x = torch.randn(m, k, generator=g).to(dtype).to(DEVICE)
     bias = torch.randn(n, generator=g).to(dtype).to(DEVICE) if (m + programs) % 2 else None
     cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs}
-    out = w4a16_matmul(x, w, bias, config=cfg)
+    out = w4a16_matmul(x, w, bias, config=cfg, route="stream")
     exact = x.float() @ expected.to(DEVICE) + (bias.float() if bias is not None else 0)
     tol = 2e-2 if dtype == torch.float16 else 6e-2
     assert out.dtype == dtype and out.shape == (m, n)
@@ -246,9 +246,16 @@ GEMM_CASES = [
     # (the ticket and the workspace), x gathered in the kernel or once per call, 32/64/128-column
     # slices of a tile, groups 32/64/128/-1, odd M, K and N off the tiles, fp16/bf16, bias
     (17, 200, 72, 64, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "SPLIT": 2}),
-    (33, 384, 96, 32, False, True, "gptq_v2", torch.bfloat16, {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT": 3}),
+    (33, 384, 96, 32, False, True, "gptq_v2", torch.bfloat16, {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT": 3,
+                                                                "NATURAL": True, "PREFETCH": 2}),
+    (18, 520, 64, 128, False, False, "gptq", torch.float16, {"BLOCK_M": 32, "BLOCK_N": 64, "SPLIT": 2,
+                                                              "NATURAL": True, "PREFETCH": 1}),
+    (23, 264, 50, -1, True, True, "gptq", torch.bfloat16, {"BLOCK_M": 16, "BLOCK_N": 32, "NATURAL": True,
+                                                           "PREFETCH": 2}),
     (5, 264, 50, -1, True, False, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 64, "X_PREP": True, "SPLIT": 2}),
     (19, 200, 40, 32, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "X_PREP": True}),
+    (20, 200, 40, 32, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "X_PREP": True,
+                                                           "NATURAL": True, "PREFETCH": 2}),
     (40, 256, 136, 128, True, False, "gptq", torch.bfloat16, {"BLOCK_M": 32, "BLOCK_N": 128}),
     (21, 256, 64, 64, False, False, "gptq_v2", torch.float16, {"BLOCK_M": 32, "BLOCK_N": 64, "X_PREP": True,
                                                                  "SPLIT": 2}),
