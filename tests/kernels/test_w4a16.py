@@ -413,3 +413,29 @@ def test_paged_projection_fuses_gptq_linears():
     assert proj.qweight is not None and proj.qweight.out_features == 256
     for got, want in zip(proj(x), separate):
         torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=2e-2 * want.abs().max().item())
+
+
+def test_engine_fuses_gptq_projections_of_a_quantized_checkpoint(tmp_path):
+    """The paged engine over a real (tiny) GPTQ checkpoint runs q/k/v and gate/up as one W4A16 matmul
+    each, fused at load time, and the fused outputs equal the separate modules'."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from optimum_amdx import AMDModelForCausalLM
+    from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer
+
+    torch.manual_seed(3)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(cfg).eval()
+    GPTQQuantizer(GPTQConfig(bits=4, group_size=32), method="rtn", device="cpu", verbose=False).quantize(model)
+    GPTQQuantizer(GPTQConfig(bits=4, group_size=32), method="rtn", device="cpu", verbose=False).save_pretrained(
+        model, tmp_path / "q")
+    am = AMDModelForCausalLM.from_pretrained(tmp_path / "q", device="cpu", dtype="fp16", num_blocks=16)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1)).half()
+    for layer in am.decoder.layers:
+        for proj, n in ((layer.qkv, 64 + 2 * 32), (layer.gate_up, 2 * 96)):
+            assert proj.qweight is not None and proj.qweight.out_features == n
+            fused = proj(x)
+            for got, mod in zip(fused, proj.modules):
+                want = mod(x)
+                torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=2e-2 * want.abs().max().item())
