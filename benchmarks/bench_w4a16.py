@@ -26,8 +26,8 @@ import torch
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
-from optimum_amdx.kernels.runtime import device_arch
-from optimum_amdx.kernels.w4a16 import W4A16Weight, pack_gptq_int32, prepare_gptq_weight, w4a16_matmul
+from optimum_amdx.kernels.runtime import arch_family, device_arch
+from optimum_amdx.kernels.w4a16 import W4A16Weight, choose_route, pack_gptq_int32, prepare_gptq_weight, w4a16_matmul
 
 LLAMA_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 11008), (11008, 4096), (8192, 28672), (28672, 8192)]
 BATCH_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
@@ -73,7 +73,7 @@ def ours_ms(w0: W4A16Weight, m: int, config: Optional[dict[str, Any]] = None, ro
     return graph_ms([lambda w=w: w4a16_matmul(x, w, config=config, route=route) for w in ws])
 
 
-CROSS_MS = [2, 8, 16, 17, 24, 32, 48, 64, 128, 255, 512, 1024, 2048]
+CROSS_MS = [2, 16, 32, 48, 64, 128, 192, 255, 512]
 
 
 def crossover(shapes: list[tuple[int, int]]) -> list[dict[str, Any]]:
@@ -191,7 +191,10 @@ def m1_table(copy_bw: float, shapes: list[tuple[int, int]]) -> list[dict[str, An
     return rows
 
 
-def batch_table(copy_bw: float, shapes: list[tuple[int, int]], ms_list: list[int], peers: bool) -> list[dict[str, Any]]:
+def batch_table(copy_bw: float, mm_rate: float, shapes: list[tuple[int, int]], ms_list: list[int],
+                peers: bool) -> list[dict[str, Any]]:
+    """Ours (the dispatcher's route) beside torch fp16 and the peers, with the floor: max(bytes / copy
+    bandwidth, FLOPs / fp16 matmul rate), both measured in this run."""
     rows = []
     for k, n in shapes:
         w, raw = random_gptq(k, n, 128, False, seed=3 * k + n)
@@ -203,11 +206,14 @@ def batch_table(copy_bw: float, shapes: list[tuple[int, int]], ms_list: list[int
             gl = peer_ms(gemlite_fn, raw, k, n, m, torch.float16) if peers and m <= 2048 else float("nan")
             tg = peer_ms(int4pack_fn, raw, k, n, m, torch.bfloat16) if peers and m <= 2048 else float("nan")
             best_peer = min((v for v in (gl, tg) if v == v), default=float("nan"))
+            floor = max(call_bytes(w, m) / copy_bw, 2 * m * k * n / mm_rate) * 1e3  # ms
             r = {"K": k, "N": n, "M": m, "ours_ms": ours, "fp16_ms": fp16, "gemlite_ms": gl, "int4pack_ms": tg,
+                 "floor_ms": floor, "route": choose_route(m, arch_family(device_arch()), k * n),
                  "vs_fp16": fp16 / ours, "vs_best_peer": best_peer / ours, "vs_own_m1": ours / m1,
                  "pct_copy_bw": 100 * call_bytes(w, m) / (ours * 1e-3) / copy_bw}
             rows.append(r)
-            print(f"  {k:>5}x{n:<5} M={m:<4} ours {ours * 1e3:7.1f} us ({r['pct_copy_bw']:5.1f}% copy, "
+            print(f"  {k:>5}x{n:<5} M={m:<4} [{r['route']}] floor {floor * 1e3:6.1f}  ours {ours * 1e3:7.1f} us "
+                  f"({r['pct_copy_bw']:5.1f}% copy, "
                   f"{r['vs_own_m1']:.2f}x own M=1)  fp16 {fp16 * 1e3:7.1f}  gemlite {gl * 1e3:7.1f}  int4pack "
                   f"{tg * 1e3:7.1f}  -> {r['vs_fp16']:.2f}x fp16, {r['vs_best_peer']:.2f}x best peer", flush=True)
         del w, raw
@@ -254,6 +260,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--sweep-only", action="store_true", help="only the config sweep")
     parser.add_argument("--crossover-only", action="store_true", help="only stream vs dequant at 16..255 rows")
     parser.add_argument("--sweep-m", default="1,16,32,64,128", help="row counts the sweep covers")
+    parser.add_argument("--batch-ms", help="row counts of the batch table (comma separated)")
     parser.add_argument("--gemm-sweep-only", action="store_true", help="only the fused GEMM config sweep")
     parser.add_argument("--gemm-sweep-m", default="16,32,64,128,256,1024", help="row counts the GEMM sweep covers")
     args = parser.parse_args(argv)
@@ -288,7 +295,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not args.skip_m1:
         result["m1"] = m1_table(copy_bw, LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES)
     ms_list = [1, 4, 16, 32, 64, 128, 256, 2048] if args.quick else BATCH_MS
-    result["batch"] = [] if args.m1_only else batch_table(copy_bw, BATCH_SHAPES, ms_list, not args.no_peers)
+    if args.batch_ms:
+        ms_list = [int(v) for v in args.batch_ms.split(",")]
+    result["batch"] = [] if args.m1_only else batch_table(copy_bw, mm_rate, BATCH_SHAPES, ms_list, not args.no_peers)
     print("\nM=1 (graph-replayed, L2-cold): % of copy bandwidth, goal >= 80")
     print(f"{'K x N':>13} | {'g128':>6} {'g128 act':>8} | {'g32':>6} {'g32 act':>8}")
     for k, n in LLAMA_SHAPES:
@@ -297,10 +306,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{k:>6}x{n:<6} | {cells[(128, False)]:6.1f} {cells[(128, True)]:8.1f} | {cells[(32, False)]:6.1f} "
                   f"{cells[(32, True)]:8.1f}")
     print("\nBatch sizes (g128, us; ratios > 1 mean ours is faster)")
-    print(f"{'K x N':>12} {'M':>5} | {'ours':>7} {'fp16':>7} {'GemLite':>7} {'int4mm':>7} | {'xM1':>5} {'vs fp16':>7} "
-          f"{'vs peer':>7}")
+    print(f"{'K x N':>12} {'M':>5} {'route':>7} | {'floor':>6} {'ours':>7} {'fp16':>7} {'GemLite':>7} {'int4mm':>7} | "
+          f"{'xM1':>5} {'vs fp16':>7} {'vs peer':>7}")
     for r in result["batch"]:
-        print(f"{r['K']:>5}x{r['N']:<6} {r['M']:>5} | {r['ours_ms'] * 1e3:7.1f} {r['fp16_ms'] * 1e3:7.1f} "
+        print(f"{r['K']:>5}x{r['N']:<6} {r['M']:>5} {r['route']:>7} | {r['floor_ms'] * 1e3:6.1f} {r['ours_ms'] * 1e3:7.1f} "
+              f"{r['fp16_ms'] * 1e3:7.1f} "
               f"{r['gemlite_ms'] * 1e3:7.1f} {r['int4pack_ms'] * 1e3:7.1f} | {r['vs_own_m1']:5.2f} {r['vs_fp16']:7.2f} "
               f"{r['vs_best_peer']:7.2f}")
     if args.out:

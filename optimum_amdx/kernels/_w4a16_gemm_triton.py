@@ -229,28 +229,30 @@ def _w4a16_gemm_kernel(
 GEMM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # rows class (largest M it serves) -> tile and launch options. "waves": the split-K target, in
     # programs per CU/SM: K is split until (M blocks x N blocks x splits) reaches waves x CUs.
-    # Hopper: from the H200 sweep (benchmarks/RESULTS.md, section w4gemm).
+    # NATURAL: the joined weight operand in row order (x loads contiguous); PREFETCH: weight tiles
+    # loaded that many K tiles ahead into registers; SMALL: overrides for a weight under
+    # `w4a16.SMALL_WEIGHT` elements. num_stages 1: Triton's pipeliner would stage the packed words
+    # through shared memory and read them back with scalar loads (sm_90 SASS: 172 LDS per tile).
+    # Hopper: from the H100 sweep (benchmarks/RESULTS.md, section w4gemm).
     "hopper": {16: {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 2, "NATURAL": True,
-                    "PREFETCH": 2},
-               32: {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1, "waves": 2, "NATURAL": True,
-                    "PREFETCH": 2},
-               64: {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1, "waves": 2, "NATURAL": True,
-                    "PREFETCH": 2},
-               1 << 30: {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1, "waves": 1,
-                         "NATURAL": True, "PREFETCH": 2}},
+                    "PREFETCH": 2, "SMALL": {"num_warps": 8, "PREFETCH": 1}},
+               32: {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 2, "NATURAL": True,
+                    "PREFETCH": 1, "SMALL": {"num_warps": 8}},
+               64: {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 2, "NATURAL": True,
+                    "PREFETCH": 2, "SMALL": {"num_warps": 8, "PREFETCH": 0}},
+               1 << 30: {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 1,
+                         "NATURAL": True, "PREFETCH": 0, "SMALL": {"BLOCK_M": 64, "PREFETCH": 2}}},
     # CDNA (wave64, 64 KiB LDS on gfx90a/gfx942): the joined weight tile goes through LDS for the MFMA
     # operand layout, so the x stage plus the weight tile must stay within 64 KiB
-    "cdna": {16: {"BLOCK_M": 16, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "waves": 2,
-                  "matrix_instr_nonkdim": 16, "kpack": 1},
-             32: {"BLOCK_M": 32, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "waves": 2,
-                  "matrix_instr_nonkdim": 16, "kpack": 1},
-             64: {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "waves": 2,
-                  "matrix_instr_nonkdim": 16, "kpack": 1},
-             1 << 30: {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "waves": 1,
-                       "matrix_instr_nonkdim": 16, "kpack": 1}},
+    "cdna": {16: {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 2,
+                  "matrix_instr_nonkdim": 16, "kpack": 1, "NATURAL": True, "PREFETCH": 1},
+             64: {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 2,
+                  "matrix_instr_nonkdim": 16, "kpack": 1, "NATURAL": True, "PREFETCH": 1},
+             1 << 30: {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "waves": 1,
+                       "matrix_instr_nonkdim": 16, "kpack": 1, "NATURAL": True, "PREFETCH": 1}},
     # RDNA3 (wave32): narrower tiles keep the dequantized operand out of scratch
-    "rdna3": {32: {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "waves": 2},
-              1 << 30: {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "waves": 1}},
+    "rdna3": {32: {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 2, "NATURAL": True},
+              1 << 30: {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "waves": 1, "NATURAL": True}},
     "cpu": {16: {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 1, "num_stages": 1, "waves": 2},
             1 << 30: {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1, "waves": 1}},
 }
@@ -267,13 +269,19 @@ def family(arch: str) -> str:
     return fam if fam in GEMM_CONFIGS else "default"
 
 
-def gemm_config(arch: str, m: int) -> dict[str, Any]:
-    """The arch family's config for `m` rows (the smallest rows class that holds m)."""
+SMALL_WEIGHT = 1 << 25
+"""Same value as `w4a16.SMALL_WEIGHT` (this module does not import the front; a test checks)."""
+
+
+def gemm_config(arch: str, m: int, weight_elems: Optional[int] = None) -> dict[str, Any]:
+    """The arch family's config for `m` rows (the smallest rows class that holds m), with its
+    SMALL overrides for a weight of fewer than `SMALL_WEIGHT` elements."""
     table = GEMM_CONFIGS[family(arch)]
-    for rows in sorted(table):
-        if m <= rows:
-            return dict(table[rows])
-    return dict(table[max(table)])
+    cfg = dict(next((table[r] for r in sorted(table) if m <= r), table[max(table)]))
+    small = cfg.pop("SMALL", None)
+    if small and weight_elems is not None and weight_elems < SMALL_WEIGHT:
+        cfg.update(small)
+    return cfg
 
 
 def launch_options(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
@@ -347,7 +355,7 @@ def gemm_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
     """``x2 @ W (+ bias)`` through the fused GEMM; x2 is ``[M, K]`` with unit stride along K."""
     m = x2.shape[0]
     k, n = w.in_features, w.out_features
-    cfg = dict(config or gemm_config(arch, m))
+    cfg = dict(config or gemm_config(arch, m, k * n))
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if TILE % block_n:
         raise ValueError(f"BLOCK_N={block_n} must divide the layout's {TILE}-column tile")
@@ -387,7 +395,7 @@ def _spec(rows: int, group: int, zeros: bool, perm: bool, split: bool, archs: tu
            "K": "i32", "KT": "i32", "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32",
            "e7_bits": "i32"}
     names = ("GROUP_SIZE", "CHUNKS", "BLOCK_M", "BLOCK_N", "SPLIT", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "EVEN_K",
-             "EVEN_N", "X_PREP")
+             "EVEN_N", "X_PREP", "NATURAL", "PREFETCH")
     sig.update({c: "constexpr" for c in names})
     cfg0 = gemm_config(archs[-1], rows)
     tag = ("asym" if zeros else "sym") + (",act-order" if perm else "") + (",split" if split else "")
@@ -398,7 +406,8 @@ def _spec(rows: int, group: int, zeros: bool, perm: bool, split: bool, archs: tu
         signature=sig,
         constexprs={"GROUP_SIZE": group, "CHUNKS": chunks(group), "BLOCK_M": cfg0["BLOCK_M"],
                     "BLOCK_N": cfg0["BLOCK_N"], "SPLIT": 4 if split else 1, "HAS_ZEROS": zeros, "HAS_PERM": perm,
-                    "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True, "X_PREP": False},
+                    "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True, "X_PREP": False,
+                    "NATURAL": bool(cfg0.get("NATURAL", False)), "PREFETCH": int(cfg0.get("PREFETCH", 0))},
         options=lambda arch: launch_options(gemm_config(arch, rows), arch),
         hot=True,
         uses_dot=True,

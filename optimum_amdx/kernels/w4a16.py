@@ -44,6 +44,7 @@ __all__ = [
     "choose_route",
     "STREAM_MAX_M",
     "ROUTE_LIMITS",
+    "SMALL_WEIGHT",
 ]
 
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -382,33 +383,41 @@ def _check_x(x: "torch.Tensor", w: W4A16Weight) -> None:
         raise InvalidArgumentError(f"W4A16 activations must be float16 or bfloat16, got {x.dtype}.")
 
 
-ROUTE_LIMITS: dict[str, tuple[int, int]] = {
-    "hopper": (16, 1024),
-    "cdna": (16, 1024),
-    "rdna3": (16, 1024),
-    "default": (16, 1024),
-    "cpu": (16, 1 << 62),
+SMALL_WEIGHT = 1 << 25
+"""Weights with fewer elements (K x N) than this (4096 x 4096 and smaller, about 33.5M) count as
+"small": they have few column blocks to spread over the GPU, and the dense write of dequant + BLAS
+is cheap for them, so they leave the fused GEMM earlier and use their own GEMM configs."""
+ROUTE_LIMITS: dict[str, tuple[int, int, int]] = {
+    "hopper": (1, 192, 48),
+    "cdna": (1, 192, 48),
+    "rdna3": (1, 192, 48),
+    "default": (1, 192, 48),
+    "cpu": (16, 1 << 62, 1 << 62),
 }
-"""The dispatcher's thresholds, all of them, per arch family: ``(stream_max, gemm_max)``. Up to
-``stream_max`` rows the persistent stream-K kernel runs (its one-row FMA loop and 16-row dot tile);
-up to ``gemm_max`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in registers, fed to
-``tl.dot``, split-K when the tiles do not fill the GPU); above it, dequantize once into a dense
-weight and call the BLAS matmul, which amortizes the dense write over very many rows. Set from the
-H200 crossover run (benchmarks/RESULTS.md, section w4gemm); the AMD families use the same values until
-measured there. The interpreter ("cpu") never takes the dequant route on its own (that would test the
-BLAS, not our kernels)."""
+"""The dispatcher's thresholds, all of them, per arch family: ``(stream_max, gemm_max,
+gemm_max_small)``. Up to ``stream_max`` rows the persistent stream-K kernel runs (the one-row FMA
+loop); up to ``gemm_max`` rows (``gemm_max_small`` for a weight under `SMALL_WEIGHT` elements) the
+fused GEMM (`_w4a16_gemm_triton`: dequantized in registers, fed to ``tl.dot``, split-K when its
+tiles do not fill the GPU); above, dequantize once into a dense weight and call the BLAS matmul,
+which amortizes the dense write over many rows. Set from the H100 runs of benchmarks/RESULTS.md
+(section w4gemm): the fused GEMM beat the stream kernel from 2 rows on (4096x14336: 35 vs 49 us at
+16 rows) and dequant + BLAS from about 192 rows on the 4096x14336 weights, from about 48-64 on
+4096x4096. The AMD families use the same values until measured there. The interpreter ("cpu")
+never takes the dequant route on its own (that would test the BLAS, not our kernels)."""
 STREAM_MAX_M: dict[str, int] = {fam: lim[0] for fam, lim in ROUTE_LIMITS.items()}
-"""Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`; kept for its callers)."""
+"""Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`)."""
 _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 
 
-def choose_route(m: int, family: str) -> str:
+def choose_route(m: int, family: str, weight_elems: Optional[int] = None) -> str:
     """"stream" (persistent GEMV-like kernel), "gemm" (fused tiled GEMM) or "dequant" (dense weight +
-    BLAS) for `m` rows on an arch family (the one place the thresholds are read)."""
-    stream_max, gemm_max = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
+    BLAS) for `m` rows of a ``K x N = weight_elems`` weight on an arch family (the one place the
+    thresholds are read; an unknown size counts as large)."""
+    stream_max, gemm_max, gemm_max_small = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
     if m <= stream_max:
         return "stream"
-    return "gemm" if m <= gemm_max else "dequant"
+    small = weight_elems is not None and weight_elems < SMALL_WEIGHT
+    return "gemm" if m <= (gemm_max_small if small else gemm_max) else "dequant"
 
 
 def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None,
@@ -432,7 +441,7 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
         x2 = x2.contiguous()
     m = x2.shape[0]
     arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
-    route = route or choose_route(m, arch_family(arch))
+    route = route or choose_route(m, arch_family(arch), k * n)
     if route == "dequant":
         out = kt.dequant_matmul(x2, w, bias, arch)
     elif route == "gemm":
