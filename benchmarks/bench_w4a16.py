@@ -208,7 +208,7 @@ def batch_table(copy_bw: float, mm_rate: float, shapes: list[tuple[int, int]], m
             best_peer = min((v for v in (gl, tg) if v == v), default=float("nan"))
             floor = max(call_bytes(w, m) / copy_bw, 2 * m * k * n / mm_rate) * 1e3  # ms
             r = {"K": k, "N": n, "M": m, "ours_ms": ours, "fp16_ms": fp16, "gemlite_ms": gl, "int4pack_ms": tg,
-                 "floor_ms": floor, "route": choose_route(m, arch_family(device_arch()), k * n),
+                 "floor_ms": floor, "route": choose_route(m, arch_family(device_arch()), n),
                  "vs_fp16": fp16 / ours, "vs_best_peer": best_peer / ours, "vs_own_m1": ours / m1,
                  "pct_copy_bw": 100 * call_bytes(w, m) / (ours * 1e-3) / copy_bw}
             rows.append(r)

@@ -45,6 +45,7 @@ __all__ = [
     "STREAM_MAX_M",
     "ROUTE_LIMITS",
     "SMALL_WEIGHT",
+    "WIDE_N",
 ]
 
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -384,40 +385,44 @@ def _check_x(x: "torch.Tensor", w: W4A16Weight) -> None:
 
 
 SMALL_WEIGHT = 1 << 25
-"""Weights with fewer elements (K x N) than this (4096 x 4096 and smaller, about 33.5M) count as
-"small": they have few column blocks to spread over the GPU, and the dense write of dequant + BLAS
-is cheap for them, so they leave the fused GEMM earlier and use their own GEMM configs."""
+"""Weights with fewer elements (K x N) than this (4096 x 4096 and smaller; about 33.5M) take the
+fused GEMM's SMALL configs (`_w4a16_gemm_triton.GEMM_CONFIGS`): few column blocks to spread over the GPU."""
+WIDE_N = 8192
+"""Output widths from this on keep the fused GEMM to more rows: the GEMM's parallelism is its column
+blocks, so a narrow weight (N = 4096) runs out of it, and loses to dequant + BLAS, earlier."""
 ROUTE_LIMITS: dict[str, tuple[int, int, int]] = {
-    "hopper": (1, 192, 48),
-    "cdna": (1, 192, 48),
-    "rdna3": (1, 192, 48),
-    "default": (1, 192, 48),
+    "hopper": (1, 128, 64),
+    "cdna": (1, 128, 64),
+    "rdna3": (1, 128, 64),
+    "default": (1, 128, 64),
     "cpu": (16, 1 << 62, 1 << 62),
 }
-"""The dispatcher's thresholds, all of them, per arch family: ``(stream_max, gemm_max,
-gemm_max_small)``. Up to ``stream_max`` rows the persistent stream-K kernel runs (the one-row FMA
-loop); up to ``gemm_max`` rows (``gemm_max_small`` for a weight under `SMALL_WEIGHT` elements) the
-fused GEMM (`_w4a16_gemm_triton`: dequantized in registers, fed to ``tl.dot``, split-K when its
-tiles do not fill the GPU); above, dequantize once into a dense weight and call the BLAS matmul,
-which amortizes the dense write over many rows. Set from the H100 runs of benchmarks/RESULTS.md
-(section w4gemm): the fused GEMM beat the stream kernel from 2 rows on (4096x14336: 35 vs 49 us at
-16 rows) and dequant + BLAS from about 192 rows on the 4096x14336 weights, from about 48-64 on
-4096x4096. The AMD families use the same values until measured there. The interpreter ("cpu")
-never takes the dequant route on its own (that would test the BLAS, not our kernels)."""
+"""The dispatcher's thresholds, all of them, per arch family: ``(stream_max, gemm_max_wide,
+gemm_max_narrow)``. Up to ``stream_max`` rows the persistent stream-K kernel runs (the one-row FMA
+loop); up to ``gemm_max_wide`` rows for an output at least `WIDE_N` wide (``gemm_max_narrow``
+otherwise) the fused GEMM (`_w4a16_gemm_triton`: dequantized in registers, fed to ``tl.dot``,
+split-K when its tiles do not fill the GPU); above, dequantize once into a dense weight and call the
+BLAS matmul, which amortizes the dense write over many rows. From the H100 crossover run
+(benchmarks/RESULTS.md, section w4gemm; fused GEMM / stream / dequant+BLAS, us): 2 rows 34/44/109
+on 4096x14336 and 16/18/29 on 4096x4096 (so the stream kernel keeps one row only); 128 rows
+62/-/107 on 4096x14336 but 136/-/113 on 14336x4096; 64 rows 63/-/110 on 14336x4096 and 28/-/27 on
+4096x4096; 192 rows 113/-/110 on 4096x14336. The AMD families use the same values until measured
+there. The interpreter ("cpu") never takes the dequant route on its own (that would test the BLAS,
+not our kernels)."""
 STREAM_MAX_M: dict[str, int] = {fam: lim[0] for fam, lim in ROUTE_LIMITS.items()}
 """Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`)."""
 _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 
 
-def choose_route(m: int, family: str, weight_elems: Optional[int] = None) -> str:
+def choose_route(m: int, family: str, n: Optional[int] = None) -> str:
     """"stream" (persistent GEMV-like kernel), "gemm" (fused tiled GEMM) or "dequant" (dense weight +
-    BLAS) for `m` rows of a ``K x N = weight_elems`` weight on an arch family (the one place the
-    thresholds are read; an unknown size counts as large)."""
-    stream_max, gemm_max, gemm_max_small = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
+    BLAS) for `m` rows and an output `n` wide on an arch family (the one place the thresholds are
+    read; an unknown width counts as wide)."""
+    stream_max, gemm_wide, gemm_narrow = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
     if m <= stream_max:
         return "stream"
-    small = weight_elems is not None and weight_elems < SMALL_WEIGHT
-    return "gemm" if m <= (gemm_max_small if small else gemm_max) else "dequant"
+    narrow = n is not None and n < WIDE_N
+    return "gemm" if m <= (gemm_narrow if narrow else gemm_wide) else "dequant"
 
 
 def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None,
@@ -441,7 +446,7 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
         x2 = x2.contiguous()
     m = x2.shape[0]
     arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
-    route = route or choose_route(m, arch_family(arch), k * n)
+    route = route or choose_route(m, arch_family(arch), n)
     if route == "dequant":
         out = kt.dequant_matmul(x2, w, bias, arch)
     elif route == "gemm":

@@ -301,18 +301,18 @@ def test_dispatch_and_grid_choices():
     from optimum_amdx.kernels.w4a16 import choose_route
 
     from optimum_amdx.kernels import _w4a16_gemm_triton as kg
-    from optimum_amdx.kernels.w4a16 import ROUTE_LIMITS, SMALL_WEIGHT
+    from optimum_amdx.kernels.w4a16 import ROUTE_LIMITS, SMALL_WEIGHT, WIDE_N
 
     assert kg.SMALL_WEIGHT == SMALL_WEIGHT
     for fam in ("hopper", "cdna3", "rdna3", "default", "nvidia"):
-        stream_max, gemm_max, gemm_small = ROUTE_LIMITS.get({"cdna3": "cdna"}.get(fam, fam), ROUTE_LIMITS["default"])
-        assert stream_max < gemm_small <= gemm_max
+        stream_max, gemm_max, gemm_narrow = ROUTE_LIMITS.get({"cdna3": "cdna"}.get(fam, fam), ROUTE_LIMITS["default"])
+        assert stream_max < gemm_narrow <= gemm_max
         assert choose_route(1, fam) == "stream" and choose_route(stream_max, fam) == "stream"
         assert choose_route(stream_max + 1, fam) == "gemm" and choose_route(gemm_max, fam) == "gemm"
         assert choose_route(gemm_max + 1, fam) == "dequant"
-        assert choose_route(gemm_small, fam, 4096 * 4096) == "gemm"
-        assert choose_route(gemm_small + 1, fam, 4096 * 4096) == "dequant"
-        assert choose_route(gemm_small + 1, fam, 4096 * 14336) == "gemm"
+        assert choose_route(gemm_narrow, fam, WIDE_N - 1) == "gemm"
+        assert choose_route(gemm_narrow + 1, fam, 4096) == "dequant"
+        assert choose_route(gemm_narrow + 1, fam, WIDE_N) == "gemm"
     big, small = kg.gemm_config("sm_90", 64, 4096 * 14336), kg.gemm_config("sm_90", 64, 4096 * 4096)
     assert "SMALL" not in big and big["BLOCK_M"] == 64 and small["num_warps"] != big["num_warps"]
     assert choose_route(1 << 20, "cpu") == "gemm"  # the interpreter never tests the BLAS on its own
