@@ -1,20 +1,27 @@
-"""Fused W4A16 GEMM for 17 .. a few hundred rows: the 4-bit weight is dequantized in registers inside
+"""Fused W4A16 GEMM for 2 .. a few hundred rows: the 4-bit weight is dequantized in registers inside
 the K loop and fed straight to ``tl.dot``; no dense weight is ever written.
 
-It reads the same tile-major `W4A16Weight` layout as the stream kernel (`_w4a16_triton.py`): tile
-``(nb, kt)`` = 128 columns x 128 input rows = 128 x 16 int32 words, one contiguous 8 KB run, column
-``c`` owning 16 consecutive words, nibble ``j`` of word ``r`` = input row ``kt * 128 + j * 16 + r``.
-A program owns ``BLOCK_N`` (32, 64 or 128) consecutive columns of one tile column, i.e. a contiguous
-``BLOCK_N * 64``-byte slice of every K tile, and ``BLOCK_M`` rows of x.
+(Over 400 lines because the kernel, its per-arch configs, the split-K workspace and its AMD compile
+specs belong together: a config change must be seen beside the kernel and the spec that checks it.)
+
+It reads the same tile-major `W4A16Weight` layout as the stream kernel (`_w4a16_triton.py`; the layout
+is unchanged): tile ``(nb, kt)`` = 128 columns x 128 input rows = 128 x 16 int32 words, one contiguous
+8 KB run, column ``c`` owning 16 consecutive words, nibble ``j`` of word ``r`` = input row
+``kt * 128 + j * 16 + r``. A program owns ``BLOCK_N`` (32, 64 or 128) consecutive columns of one tile
+column, i.e. a contiguous ``BLOCK_N * 64``-byte slice of every K tile, and ``BLOCK_M`` rows of x.
 
 The product is computed transposed, ``out^T [BLOCK_N, BLOCK_M] += W_tile^T [BLOCK_N, 128] @ x^T
 [128, BLOCK_M]``: the dequantized weight is the 128-row left operand (the one wgmma on Hopper and
-MFMA on AMD can take from registers) and the activations, a direct load, the right operand, which
-the pipeliner (``num_stages``) can stage through shared memory. The eight nibble planes of a tile are
-dequantized separately ([BLOCK_N, 16] each) and joined into one [BLOCK_N, 128] operand whose
-position ``p = r * 8 + t`` holds plane ``bitrev3(t)``, row ``r``; the activations are gathered in the
-same order (in the kernel, or once per call by the front when ``X_PREP``: then the kernel reads a
-pre-permuted, contiguous x and act-order costs nothing inside the loop).
+MFMA on AMD can take from registers) and the activations the right one. The eight nibble planes of a
+tile are dequantized separately ([BLOCK_N, 16] each) and joined into one [BLOCK_N, 128] operand.
+``NATURAL`` permutes the join so operand position = row of the tile (x^T is then a contiguous,
+vectorized load; without it position ``p = r * 8 + t`` holds plane ``bitrev3(t)``, row ``r``, and x
+is gathered in that order: 64 scalar loads per thread per tile at 64 x 64, sm_90 SASS). ``X_PREP``
+gathers x (act-order permutation, padding) once per call in the front instead of in the loop.
+``PREFETCH`` loads the weight words of the next (1) or next-but-one (2) K tile into registers while
+this one is computed: ptxas sinks such loads to the end of the iteration, so only depth 2 keeps a
+whole iteration between a load and its use. Triton's own pipeliner (``num_stages`` > 1) is not used:
+it stages the packed words through shared memory and reads them back with scalar loads.
 
 Grid: (M blocks, N blocks, K splits), M blocks fastest so the programs that share a weight slice run
 together (one HBM read, the other M blocks hit L2). When the M x N blocks do not fill the GPU, K is
@@ -26,7 +33,8 @@ Dequantization: the same exact trick as the stream kernel (kept here so the two 
 independently): a shifted copy of the word puts nibble ``j`` at bits 16..19 (even j) or 12..15 (odd)
 and one and-or with the bits of 2**7 (even) or 2**11 (odd) makes the float32 ``2**e + q``; then
 ``(q - z) * s`` is one FMA with the per-column constant ``(2**e + z) * s``, and one conversion to
-the activation dtype. About 3 thread instructions per weight.
+the activation dtype. sm_90 SASS: about 5 thread instructions per weight in the loop (1 LOP3, 1 FFMA,
+0.5 F2FP, the rest addresses, moves and the shared-memory round trip of the operand).
 """
 
 from __future__ import annotations
