@@ -1,7 +1,7 @@
 """W4A16 matmul for GPTQ checkpoints: 4-bit weights, fp16/bf16 activations, fp32 accumulation.
 
-(A little over 400 lines: the GPTQ bit packing, the reference dequantization, the repacked layout
-and the dispatcher are this op's one front module, which imports no Triton.)
+(Over 400 lines: the GPTQ bit packing, the reference dequantization, the repacked layout and the
+dispatcher with its thresholds are this op's one front module, which imports no Triton.)
 
 Standard GPTQ tensors (as AutoGPTQ / GPT-QModel / transformers write them):
 
