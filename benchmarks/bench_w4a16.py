@@ -26,8 +26,8 @@ import torch
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
-from optimum_amdx.kernels.runtime import device_arch
-from optimum_amdx.kernels.w4a16 import W4A16Weight, pack_gptq_int32, prepare_gptq_weight, w4a16_matmul
+from optimum_amdx.kernels.runtime import arch_family, device_arch
+from optimum_amdx.kernels.w4a16 import W4A16Weight, choose_route, pack_gptq_int32, prepare_gptq_weight, w4a16_matmul
 
 LLAMA_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 11008), (11008, 4096), (8192, 28672), (28672, 8192)]
 BATCH_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
@@ -73,17 +73,55 @@ def ours_ms(w0: W4A16Weight, m: int, config: Optional[dict[str, Any]] = None, ro
     return graph_ms([lambda w=w: w4a16_matmul(x, w, config=config, route=route) for w in ws])
 
 
+CROSS_MS = [2, 16, 32, 48, 64, 128, 192, 255, 512]
+
+
 def crossover(shapes: list[tuple[int, int]]) -> list[dict[str, Any]]:
-    """Both routes at the row counts where the dispatcher switches (the one threshold, STREAM_MAX_M)."""
+    """Every route at the row counts where the dispatcher switches (`w4a16.ROUTE_LIMITS`), with
+    torch fp16 on the dense weight beside them: stream (up to 64 rows), fused GEMM, dequant + BLAS."""
     rows = []
     for k, n in shapes:
         w, _ = random_gptq(k, n, 128, False, seed=5 * k + n)
-        for m in (16, 24, 32, 48, 64, 128, 255):
-            r = {"K": k, "N": n, "M": m, "stream_ms": ours_ms(w, m, route="stream"),
-                 "dequant_ms": ours_ms(w, m, route="dequant")}
+        for m in CROSS_MS:
+            r = {"K": k, "N": n, "M": m, "stream_ms": ours_ms(w, m, route="stream") if m <= 64 else float("nan"),
+                 "gemm_ms": ours_ms(w, m, route="gemm") if m > 1 else float("nan"),
+                 "dequant_ms": ours_ms(w, m, route="dequant"), "fp16_ms": fp16_ms(k, n, m)}
             rows.append(r)
-            print(f"  crossover {k}x{n} M={m}: stream {r['stream_ms'] * 1e3:.1f} us, dequant+BLAS "
-                  f"{r['dequant_ms'] * 1e3:.1f} us", flush=True)
+            print(f"  crossover {k}x{n} M={m}: stream {r['stream_ms'] * 1e3:.1f} us, gemm {r['gemm_ms'] * 1e3:.1f} us, "
+                  f"dequant+BLAS {r['dequant_ms'] * 1e3:.1f} us, fp16 {r['fp16_ms'] * 1e3:.1f} us", flush=True)
+    return rows
+
+
+def _gemm_sweep_configs(m: int) -> list[dict[str, Any]]:
+    """Tile width and warps x register prefetch depth (0, 1, 2 tiles ahead) with the operand in row
+    order (NATURAL), one baseline in the bit-reversed plane order, and the split-K target (waves)."""
+    if m <= 64:
+        bm = max(16, m)
+        cfgs = [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": 1, "NATURAL": True, "PREFETCH": pf,
+                 "waves": 2} for bn, nw in ((64, 4), (128, 8), (64, 8), (128, 4)) for pf in (0, 1, 2)]
+        cfgs.append({"BLOCK_M": bm, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 2})
+        cfgs += [{"BLOCK_M": bm, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1, "NATURAL": True, "PREFETCH": 2,
+                  "waves": wv} for wv in (1, 4, 8)]
+        return cfgs
+    return [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": 1, "NATURAL": True, "PREFETCH": pf,
+             "waves": 1} for bm in (64, 128) for bn, nw in ((128, 8), (64, 4)) for pf in (0, 2)]
+
+
+def gemm_sweep(copy_bw: float, ms: list[int]) -> list[dict[str, Any]]:
+    """Tiles, warps, pipeline stages, x gathered once per call (X_PREP) and the split-K target of the
+    fused GEMM, on two shapes (g128 sym; M=64 also act-order)."""
+    rows = []
+    for (k, n), m in itertools.product(((4096, 14336), (4096, 4096)), ms):
+        w, _ = random_gptq(k, n, 128, False, seed=k + n)
+        for cfg in _gemm_sweep_configs(m):
+            try:
+                t = ours_ms(w, m, cfg, route="gemm")
+            except Exception as exc:  # noqa: BLE001 - a config that fails is recorded, not fatal
+                rows.append({"K": k, "N": n, "M": m, "config": cfg, "error": str(exc)[:200]})
+                print(f"  gemm-sweep {k}x{n} M={m} {cfg}: error {str(exc)[:120]}", flush=True)
+                continue
+            rows.append({"K": k, "N": n, "M": m, "config": cfg, "ms": t})
+            print(f"  gemm-sweep {k}x{n} M={m} {cfg}: {t * 1e3:.1f} us", flush=True)
     return rows
 
 
@@ -153,7 +191,10 @@ def m1_table(copy_bw: float, shapes: list[tuple[int, int]]) -> list[dict[str, An
     return rows
 
 
-def batch_table(copy_bw: float, shapes: list[tuple[int, int]], ms_list: list[int], peers: bool) -> list[dict[str, Any]]:
+def batch_table(copy_bw: float, mm_rate: float, shapes: list[tuple[int, int]], ms_list: list[int],
+                peers: bool) -> list[dict[str, Any]]:
+    """Ours (the dispatcher's route) beside torch fp16 and the peers, with the floor: max(bytes / copy
+    bandwidth, FLOPs / fp16 matmul rate), both measured in this run."""
     rows = []
     for k, n in shapes:
         w, raw = random_gptq(k, n, 128, False, seed=3 * k + n)
@@ -165,11 +206,14 @@ def batch_table(copy_bw: float, shapes: list[tuple[int, int]], ms_list: list[int
             gl = peer_ms(gemlite_fn, raw, k, n, m, torch.float16) if peers and m <= 2048 else float("nan")
             tg = peer_ms(int4pack_fn, raw, k, n, m, torch.bfloat16) if peers and m <= 2048 else float("nan")
             best_peer = min((v for v in (gl, tg) if v == v), default=float("nan"))
+            floor = max(call_bytes(w, m) / copy_bw, 2 * m * k * n / mm_rate) * 1e3  # ms
             r = {"K": k, "N": n, "M": m, "ours_ms": ours, "fp16_ms": fp16, "gemlite_ms": gl, "int4pack_ms": tg,
+                 "floor_ms": floor, "route": choose_route(m, arch_family(device_arch()), n),
                  "vs_fp16": fp16 / ours, "vs_best_peer": best_peer / ours, "vs_own_m1": ours / m1,
                  "pct_copy_bw": 100 * call_bytes(w, m) / (ours * 1e-3) / copy_bw}
             rows.append(r)
-            print(f"  {k:>5}x{n:<5} M={m:<4} ours {ours * 1e3:7.1f} us ({r['pct_copy_bw']:5.1f}% copy, "
+            print(f"  {k:>5}x{n:<5} M={m:<4} [{r['route']}] floor {floor * 1e3:6.1f}  ours {ours * 1e3:7.1f} us "
+                  f"({r['pct_copy_bw']:5.1f}% copy, "
                   f"{r['vs_own_m1']:.2f}x own M=1)  fp16 {fp16 * 1e3:7.1f}  gemlite {gl * 1e3:7.1f}  int4pack "
                   f"{tg * 1e3:7.1f}  -> {r['vs_fp16']:.2f}x fp16, {r['vs_best_peer']:.2f}x best peer", flush=True)
         del w, raw
@@ -216,6 +260,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--sweep-only", action="store_true", help="only the config sweep")
     parser.add_argument("--crossover-only", action="store_true", help="only stream vs dequant at 16..255 rows")
     parser.add_argument("--sweep-m", default="1,16,32,64,128", help="row counts the sweep covers")
+    parser.add_argument("--batch-ms", help="row counts of the batch table (comma separated)")
+    parser.add_argument("--gemm-sweep-only", action="store_true", help="only the fused GEMM config sweep")
+    parser.add_argument("--gemm-sweep-m", default="16,32,64,128,256,1024", help="row counts the GEMM sweep covers")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_w4a16 needs a GPU (torch.cuda)", file=sys.stderr)
@@ -226,6 +273,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                               "copy_GB_s": copy_bw / 1e9, "matmul_TFLOP_s": mm_rate / 1e12}
     print(f"device {result['device']} ({result['arch']}); copy {copy_bw / 1e9:.0f} GB/s; fp16 matmul "
           f"{mm_rate / 1e12:.0f} TFLOP/s", flush=True)
+    if args.gemm_sweep_only:
+        result["gemm_sweep"] = gemm_sweep(copy_bw, [int(v) for v in args.gemm_sweep_m.split(",")])
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1, default=str)
+        return 0
     if args.crossover_only:
         result["crossover"] = crossover(BATCH_SHAPES)
         if args.out:
@@ -242,7 +295,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not args.skip_m1:
         result["m1"] = m1_table(copy_bw, LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES)
     ms_list = [1, 4, 16, 32, 64, 128, 256, 2048] if args.quick else BATCH_MS
-    result["batch"] = [] if args.m1_only else batch_table(copy_bw, BATCH_SHAPES, ms_list, not args.no_peers)
+    if args.batch_ms:
+        ms_list = [int(v) for v in args.batch_ms.split(",")]
+    result["batch"] = [] if args.m1_only else batch_table(copy_bw, mm_rate, BATCH_SHAPES, ms_list, not args.no_peers)
     print("\nM=1 (graph-replayed, L2-cold): % of copy bandwidth, goal >= 80")
     print(f"{'K x N':>13} | {'g128':>6} {'g128 act':>8} | {'g32':>6} {'g32 act':>8}")
     for k, n in LLAMA_SHAPES:
@@ -251,10 +306,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{k:>6}x{n:<6} | {cells[(128, False)]:6.1f} {cells[(128, True)]:8.1f} | {cells[(32, False)]:6.1f} "
                   f"{cells[(32, True)]:8.1f}")
     print("\nBatch sizes (g128, us; ratios > 1 mean ours is faster)")
-    print(f"{'K x N':>12} {'M':>5} | {'ours':>7} {'fp16':>7} {'GemLite':>7} {'int4mm':>7} | {'xM1':>5} {'vs fp16':>7} "
-          f"{'vs peer':>7}")
+    print(f"{'K x N':>12} {'M':>5} {'route':>7} | {'floor':>6} {'ours':>7} {'fp16':>7} {'GemLite':>7} {'int4mm':>7} | "
+          f"{'xM1':>5} {'vs fp16':>7} {'vs peer':>7}")
     for r in result["batch"]:
-        print(f"{r['K']:>5}x{r['N']:<6} {r['M']:>5} | {r['ours_ms'] * 1e3:7.1f} {r['fp16_ms'] * 1e3:7.1f} "
+        print(f"{r['K']:>5}x{r['N']:<6} {r['M']:>5} {r['route']:>7} | {r['floor_ms'] * 1e3:6.1f} {r['ours_ms'] * 1e3:7.1f} "
+              f"{r['fp16_ms'] * 1e3:7.1f} "
               f"{r['gemlite_ms'] * 1e3:7.1f} {r['int4pack_ms'] * 1e3:7.1f} | {r['vs_own_m1']:5.2f} {r['vs_fp16']:7.2f} "
               f"{r['vs_best_peer']:7.2f}")
     if args.out:

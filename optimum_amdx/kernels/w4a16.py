@@ -1,7 +1,7 @@
 """W4A16 matmul for GPTQ checkpoints: 4-bit weights, fp16/bf16 activations, fp32 accumulation.
 
-(A little over 400 lines: the GPTQ bit packing, the reference dequantization, the repacked layout
-and the dispatcher are this op's one front module, which imports no Triton.)
+(Over 400 lines: the GPTQ bit packing, the reference dequantization, the repacked layout and the
+dispatcher with its thresholds are this op's one front module, which imports no Triton.)
 
 Standard GPTQ tensors (as AutoGPTQ / GPT-QModel / transformers write them):
 
@@ -43,6 +43,9 @@ __all__ = [
     "w4a16_matmul_reference",
     "choose_route",
     "STREAM_MAX_M",
+    "ROUTE_LIMITS",
+    "SMALL_WEIGHT",
+    "WIDE_N",
 ]
 
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -209,6 +212,9 @@ class W4A16Weight:
     bits: int
     kernel_ready: bool
     raw: Optional[dict[str, Any]] = None
+    x_order: Optional[dict[bool, "torch.Tensor"]] = None
+    """x column order per operand order, made on first use by the fused GEMM when its config gathers x
+    once per call (`X_PREP`)."""
 
     @property
     def k_tiles(self) -> int:
@@ -378,19 +384,45 @@ def _check_x(x: "torch.Tensor", w: W4A16Weight) -> None:
         raise InvalidArgumentError(f"W4A16 activations must be float16 or bfloat16, got {x.dtype}.")
 
 
-STREAM_MAX_M: dict[str, int] = {"default": 32, "cpu": 1 << 62}
-"""The dispatcher's one threshold, per arch family: up to this many rows the fused stream-K kernel
-runs (dequantizing in registers); from the next row on, dequantize once into a dense weight and
-call the BLAS matmul, which amortizes the dense write over many rows. H200, both routes in one run
-(benchmarks/RESULTS.md): at 32 rows the stream kernel is 1.4x faster on 4096x14336 (58 vs 81 us),
-at 48 rows dequant + BLAS is 1.2x faster (82 vs 96 us), at 255 rows 2.3x. AMD families use the
-same value until measured there. The interpreter never takes the dequant route on its own (it
-would test the BLAS, not our kernel)."""
+SMALL_WEIGHT = 1 << 25
+"""Weights with fewer elements (K x N) than this (4096 x 4096 and smaller; about 33.5M) take the
+fused GEMM's SMALL configs (`_w4a16_gemm_triton.GEMM_CONFIGS`): few column blocks to spread over the GPU."""
+WIDE_N = 8192
+"""Output widths from this on keep the fused GEMM to more rows: the GEMM's parallelism is its column
+blocks, so a narrow weight (N = 4096) runs out of it, and loses to dequant + BLAS, earlier."""
+ROUTE_LIMITS: dict[str, tuple[int, int, int]] = {
+    "hopper": (1, 128, 64),
+    "cdna": (1, 128, 64),
+    "rdna3": (1, 128, 64),
+    "default": (1, 128, 64),
+    "cpu": (16, 1 << 62, 1 << 62),
+}
+"""The dispatcher's thresholds, all of them, per arch family: ``(stream_max, gemm_max_wide,
+gemm_max_narrow)``. Up to ``stream_max`` rows the persistent stream-K kernel runs (the one-row FMA
+loop); up to ``gemm_max_wide`` rows for an output at least `WIDE_N` wide (``gemm_max_narrow``
+otherwise) the fused GEMM (`_w4a16_gemm_triton`: dequantized in registers, fed to ``tl.dot``,
+split-K when its tiles do not fill the GPU); above, dequantize once into a dense weight and call the
+BLAS matmul, which amortizes the dense write over many rows. From the H100 crossover run
+(benchmarks/RESULTS.md, section w4gemm; fused GEMM / stream / dequant+BLAS, us): 2 rows 34/44/109
+on 4096x14336 and 16/18/29 on 4096x4096 (so the stream kernel keeps one row only); 128 rows
+62/-/107 on 4096x14336 but 136/-/113 on 14336x4096; 64 rows 63/-/110 on 14336x4096 and 28/-/27 on
+4096x4096; 192 rows 113/-/110 on 4096x14336. The AMD families use the same values until measured
+there. The interpreter ("cpu") never takes the dequant route on its own (that would test the BLAS,
+not our kernels)."""
+STREAM_MAX_M: dict[str, int] = {fam: lim[0] for fam, lim in ROUTE_LIMITS.items()}
+"""Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`)."""
+_FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 
 
-def choose_route(m: int, family: str) -> str:
-    """"stream" (fused kernel) or "dequant" (dense weight + BLAS) for `m` rows on an arch family."""
-    return "stream" if m <= STREAM_MAX_M.get(family, STREAM_MAX_M["default"]) else "dequant"
+def choose_route(m: int, family: str, n: Optional[int] = None) -> str:
+    """"stream" (persistent GEMV-like kernel), "gemm" (fused tiled GEMM) or "dequant" (dense weight +
+    BLAS) for `m` rows and an output `n` wide on an arch family (the one place the thresholds are
+    read; an unknown width counts as wide)."""
+    stream_max, gemm_wide, gemm_narrow = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
+    if m <= stream_max:
+        return "stream"
+    narrow = n is not None and n < WIDE_N
+    return "gemm" if m <= (gemm_narrow if narrow else gemm_wide) else "dequant"
 
 
 def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None,
@@ -414,14 +446,18 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
         x2 = x2.contiguous()
     m = x2.shape[0]
     arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
-    route = route or choose_route(m, arch_family(arch))
+    route = route or choose_route(m, arch_family(arch), n)
     if route == "dequant":
         out = kt.dequant_matmul(x2, w, bias, arch)
+    elif route == "gemm":
+        from . import _w4a16_gemm_triton as kg
+
+        out = kg.gemm_matmul(x2, w, bias, arch, config)
     elif route == "stream":
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
         for m0 in range(0, m, kt.WS_ROWS):  # more rows than the workspace holds: only when forced
             rows = slice(m0, min(m, m0 + kt.WS_ROWS))
             kt.stream_matmul(x2[rows], w, bias, out[rows], arch, config)
     else:
-        raise InvalidArgumentError(f"route={route!r} is unknown; expected 'stream' or 'dequant'.")
+        raise InvalidArgumentError(f"route={route!r} is unknown; expected 'stream', 'gemm' or 'dequant'.")
     return out.reshape(*x.shape[:-1], n)

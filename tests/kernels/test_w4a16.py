@@ -181,7 +181,7 @@ def test_split_stream_workspace_is_left_clean_and_reused():
     for m, programs in ((1, 3), (5, 4), (1, 2), (20, 3)):
         x = torch.randn(m, 512, generator=g).half().to(DEVICE)
         cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs}
-        out = w4a16_matmul(x, w, config=cfg)
+        out = w4a16_matmul(x, w, config=cfg, route="stream")
         ref = w4a16_matmul_reference(x, w).float()
         torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-3 * ref.abs().max().item())
         ws, cnt = _WORKSPACES[(x.device, 64)]
@@ -234,11 +234,52 @@ def test_stream_every_m_and_split(m, k, n, group, sym, act_order, fmt, dtype, pr
     x = torch.randn(m, k, generator=g).to(dtype).to(DEVICE)
     bias = torch.randn(n, generator=g).to(dtype).to(DEVICE) if (m + programs) % 2 else None
     cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs}
-    out = w4a16_matmul(x, w, bias, config=cfg)
+    out = w4a16_matmul(x, w, bias, config=cfg, route="stream")
     exact = x.float() @ expected.to(DEVICE) + (bias.float() if bias is not None else 0)
     tol = 2e-2 if dtype == torch.float16 else 6e-2
     assert out.dtype == dtype and out.shape == (m, n)
     torch.testing.assert_close(out.float(), exact, rtol=0, atol=tol * exact.abs().max().item())
+
+
+GEMM_CASES = [
+    # (M, K, N, group, sym, act_order, fmt, dtype, config): the fused GEMM on every option: split-K
+    # (the ticket and the workspace), x gathered in the kernel or once per call, 32/64/128-column
+    # slices of a tile, groups 32/64/128/-1, odd M, K and N off the tiles, fp16/bf16, bias
+    (17, 200, 72, 64, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "SPLIT": 2}),
+    (33, 384, 96, 32, False, True, "gptq_v2", torch.bfloat16, {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT": 3,
+                                                                "NATURAL": True, "PREFETCH": 2}),
+    (18, 520, 64, 128, False, False, "gptq", torch.float16, {"BLOCK_M": 32, "BLOCK_N": 64, "SPLIT": 2,
+                                                              "NATURAL": True, "PREFETCH": 1}),
+    (23, 264, 50, -1, True, True, "gptq", torch.bfloat16, {"BLOCK_M": 16, "BLOCK_N": 32, "NATURAL": True,
+                                                           "PREFETCH": 2}),
+    (5, 264, 50, -1, True, False, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 64, "X_PREP": True, "SPLIT": 2}),
+    (19, 200, 40, 32, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "X_PREP": True}),
+    (20, 200, 40, 32, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "X_PREP": True,
+                                                           "NATURAL": True, "PREFETCH": 2}),
+    (40, 256, 136, 128, True, False, "gptq", torch.bfloat16, {"BLOCK_M": 32, "BLOCK_N": 128}),
+    (21, 256, 64, 64, False, False, "gptq_v2", torch.float16, {"BLOCK_M": 32, "BLOCK_N": 64, "X_PREP": True,
+                                                                 "SPLIT": 2}),
+]
+
+
+@pytest.mark.parametrize("m,k,n,group,sym,act_order,fmt,dtype,cfg", GEMM_CASES)
+def test_fused_gemm_matches_exact(m, k, n, group, sym, act_order, fmt, dtype, cfg):
+    from optimum_amdx.kernels._w4a16_gemm_triton import _WORKSPACES
+
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=3 * m + k + n)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), bits=4,
+                            group_size=group, checkpoint_format=fmt)
+    g = torch.Generator().manual_seed(m * 7 + k)
+    x = torch.randn(m, k, generator=g).to(dtype).to(DEVICE)
+    bias = torch.randn(n, generator=g).to(dtype).to(DEVICE) if m % 2 else None
+    exact = x.float() @ expected.to(DEVICE) + (bias.float() if bias is not None else 0)
+    tol = 2e-2 if dtype == torch.float16 else 6e-2
+    for _ in range(2):  # the second call reuses the workspace the first one left zeroed
+        out = w4a16_matmul(x, w, bias, route="gemm", config=dict(cfg, num_warps=4 if DEVICE == "cuda" else 1))
+        assert out.dtype == dtype and out.shape == (m, n)
+        torch.testing.assert_close(out.float(), exact, rtol=0, atol=tol * exact.abs().max().item())
+    for ws, cnt in _WORKSPACES.values():
+        assert int(cnt.abs().sum()) == 0 and float(ws.abs().sum()) == 0.0
 
 
 @pytest.mark.parametrize("sym", [True, False])
@@ -260,8 +301,22 @@ def test_dispatch_and_grid_choices():
     from optimum_amdx.kernels._w4a16_triton import _chunks, stream_config, stream_grid
     from optimum_amdx.kernels.w4a16 import choose_route
 
-    assert choose_route(1, "hopper") == "stream" and choose_route(32, "cdna3") == "stream"
-    assert choose_route(33, "cdna3") == "dequant" and choose_route(4096, "cpu") == "stream"
+    from optimum_amdx.kernels import _w4a16_gemm_triton as kg
+    from optimum_amdx.kernels.w4a16 import ROUTE_LIMITS, SMALL_WEIGHT, WIDE_N
+
+    assert kg.SMALL_WEIGHT == SMALL_WEIGHT
+    for fam in ("hopper", "cdna3", "rdna3", "default", "nvidia"):
+        stream_max, gemm_max, gemm_narrow = ROUTE_LIMITS.get({"cdna3": "cdna"}.get(fam, fam), ROUTE_LIMITS["default"])
+        assert stream_max < gemm_narrow <= gemm_max
+        assert choose_route(1, fam) == "stream" and choose_route(stream_max, fam) == "stream"
+        assert choose_route(stream_max + 1, fam) == "gemm" and choose_route(gemm_max, fam) == "gemm"
+        assert choose_route(gemm_max + 1, fam) == "dequant"
+        assert choose_route(gemm_narrow, fam, WIDE_N - 1) == "gemm"
+        assert choose_route(gemm_narrow + 1, fam, 4096) == "dequant"
+        assert choose_route(gemm_narrow + 1, fam, WIDE_N) == "gemm"
+    big, small = kg.gemm_config("sm_90", 64, 4096 * 14336), kg.gemm_config("sm_90", 64, 4096 * 4096)
+    assert "SMALL" not in big and big["BLOCK_M"] == 64 and small["num_warps"] != big["num_warps"]
+    assert choose_route(1 << 20, "cpu") == "gemm"  # the interpreter never tests the BLAS on its own
     assert stream_config("sm_90", 1)["BLOCK_M"] == 1 and stream_config("gfx942", 2)["BLOCK_M"] == 16
     assert stream_config("gfx1100", 40)["BLOCK_M"] == 16 and stream_config("gfx90a", 200)["BLOCK_M"] == 64
     assert stream_config("sm_90", 64)["BLOCK_M"] == 32
@@ -367,3 +422,29 @@ def test_paged_projection_fuses_gptq_linears():
     assert proj.qweight is not None and proj.qweight.out_features == 256
     for got, want in zip(proj(x), separate):
         torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=2e-2 * want.abs().max().item())
+
+
+def test_engine_fuses_gptq_projections_of_a_quantized_checkpoint(tmp_path):
+    """The paged engine over a real (tiny) GPTQ checkpoint runs q/k/v and gate/up as one W4A16 matmul
+    each, fused at load time, and the fused outputs equal the separate modules'."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from optimum_amdx import AMDModelForCausalLM
+    from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer
+
+    torch.manual_seed(3)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(cfg).eval()
+    GPTQQuantizer(GPTQConfig(bits=4, group_size=32), method="rtn", device="cpu", verbose=False).quantize(model)
+    GPTQQuantizer(GPTQConfig(bits=4, group_size=32), method="rtn", device="cpu", verbose=False).save_pretrained(
+        model, tmp_path / "q")
+    am = AMDModelForCausalLM.from_pretrained(tmp_path / "q", device="cpu", dtype="fp16", num_blocks=16)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1)).half()
+    for layer in am.decoder.layers:
+        for proj, n in ((layer.qkv, 64 + 2 * 32), (layer.gate_up, 2 * 96)):
+            assert proj.qweight is not None and proj.qweight.out_features == n
+            fused = proj(x)
+            for got, mod in zip(fused, proj.modules):
+                want = mod(x)
+                torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=2e-2 * want.abs().max().item())
