@@ -144,15 +144,10 @@ def hf_run(model, prompts, new_tokens: int, cache=None, streamer=None) -> None:
         model.generate(ids, attention_mask=mask, streamer=streamer, **kwargs)
 
 
-def bench_transformers(model, args, batch_prompts, batch_news, results: dict, save: Callable[[], None]) -> None:
+def _transformers_b1(model, args, p1, long, hf: dict, save: Callable[[], None]) -> None:
+    """transformers at batch 1: TTFT (sdpa, eager), TPOT eager and with the static cache (auto-compiled)."""
     from transformers import StaticCache
 
-    vocab = model.config.vocab_size
-    p1 = make_prompts(1, args.decode_prompt, args.decode_prompt, vocab, 1)
-    long = make_prompts(1, args.ttft_len, args.ttft_len, vocab, 2)
-    hf = results.setdefault("transformers", {})
-    model.set_attn_implementation("sdpa")
-    hf["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
     hf_run(model, long, 1)
     ttft = [timed(lambda: hf_run(model, long, 1))[0] for _ in range(3)]
     hf["sdpa_eager_ttft_s"] = statistics.median(ttft)
@@ -176,6 +171,23 @@ def bench_transformers(model, args, batch_prompts, batch_news, results: dict, sa
               f"(first call {tc:.0f} s)", flush=True)
         del cache
     save()
+
+
+def bench_transformers(model, args, batch_prompts, batch_news, results: dict, save: Callable[[], None]) -> None:
+    from transformers import StaticCache
+
+    vocab = model.config.vocab_size
+    p1 = make_prompts(1, args.decode_prompt, args.decode_prompt, vocab, 1)
+    long = make_prompts(1, args.ttft_len, args.ttft_len, vocab, 2)
+    hf = results.setdefault("transformers", {})
+    try:
+        model.set_attn_implementation("sdpa")
+    except ValueError:  # Gemma 2 (soft-capping) has no SDPA path in transformers: it keeps eager attention
+        pass
+    hf["attn_implementation"] = model.config._attn_implementation
+    hf["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
+    if not args.hf_batches_only:
+        _transformers_b1(model, args, p1, long, hf, save)
     for b in args.hf_batch_sizes:
         prompts, news = batch_prompts[b], batch_news[b]
         useful = sum(news)
@@ -285,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-fraction", type=float, default=0.85)
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument("--skip-compile", action="store_true", help="skip transformers static cache + compile")
+    parser.add_argument("--hf-batches-only", action="store_true", help="skip transformers' batch-1 measurements")
     parser.add_argument("--skip-eager-batches", action="store_true",
                         help="run transformers' batches with the static cache only (not also eager)")
     parser.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
