@@ -414,7 +414,7 @@ def print_table(r: dict, args) -> None:
                  f"{1e3 * hf['static_compile_b1_tpot_s']:.2f}" if "static_compile_b1_tpot_s" in hf else "-",
                  f"{1e3 / roof:.2f}"))
     rows.append((f"TTFT({args.ttft_len}) ms", f"{1e3 * ours['ttft_s']:.1f}",
-                 f"{1e3 * hf['sdpa_eager_ttft_s']:.1f} (sdpa)" if "sdpa_eager_ttft_s" in hf else "-", "-",
+                 f"{1e3 * hf['sdpa_eager_ttft_s']:.1f} ({hf.get('attn_implementation', 'sdpa')})" if "sdpa_eager_ttft_s" in hf else "-", "-",
                  f"{1e3 * r['ttft_floor_s']:.1f}"))
     for b in args.batch_sizes:
         rows.append((f"b{b} tok/s", tok(ours.get(f"b{b}_tok_s")), tok(hf.get(f"eager_b{b}_tok_s")),
