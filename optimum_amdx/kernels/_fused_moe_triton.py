@@ -276,7 +276,35 @@ def _spec(name: str, dtype: str, num_pairs: int, k: int, first: bool) -> list[Co
                          divisible_by_16=("N", "K", "stride_am", "stride_we", "stride_wn", "stride_cm"))
 
 
+def _small_spec(name: str, dtype: str, k: int, first: bool) -> list[CompileSpec]:
+    ptr = _DT[dtype]
+    if first:
+        kernel = _moe_gate_up_small_kernel
+        signature = {"x_ptr": ptr, "w_ptr": ptr, "mid_ptr": ptr, "ids_ptr": "*i32", "I": "i32", "K": "i32",
+                     "stride_xm": "i32", "stride_we": "i32", "stride_wn": "i32", "stride_mm": "i32"}
+    else:
+        kernel = _moe_down_small_kernel
+        signature = {"mid_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "ids_ptr": "*i32", "weights_ptr": "*fp32",
+                     "N": "i32", "K": "i32", "stride_mm": "i32", "stride_we": "i32", "stride_wn": "i32",
+                     "stride_om": "i32"}
+
+    def make(arch: str) -> tuple[dict, dict]:
+        consts, launch = split_launch_options(moe_small_config(arch_family(arch), k))
+        consts = {"TOP_K": 2 if "mixtral" in name else 8, **consts, "EVEN_K": k % consts["BLOCK_K"] == 0}
+        return consts, launch
+
+    signature.update({key: "constexpr" for key in make("gfx942")[0]})
+    gemm = "gate_up" if first else "down"
+    strides = tuple(n for n in signature if n.startswith("stride") or n in ("I", "K", "N"))
+    return grouped_specs(f"fused_moe_small[{name},{gemm},{dtype}]", kernel, signature, make, True, False,
+                         divisible_by_16=strides)
+
+
 AMD_COMPILE_SPECS: list[CompileSpec] = [
+    *_small_spec("mixtral", "fp16", 4096, True),
+    *_small_spec("mixtral", "fp16", 14336, False),
+    *_small_spec("qwen3moe", "bf16", 2048, True),
+    *_small_spec("qwen3moe", "bf16", 768, False),
     *_spec("mixtral", "fp16", 16, 4096, True),
     *_spec("mixtral", "fp16", 16, 14336, False),
     *_spec("mixtral", "bf16", 4096, 4096, True),
