@@ -2,8 +2,9 @@
 
 transformers 5 stores a sparse-MoE block's experts stacked (`experts.gate_up_proj [E, 2I, H]`,
 `experts.down_proj [E, H, I]`); GPT-QModel quantizes experts one linear at a time and names them
-`mlp.experts.<e>.gate_proj / up_proj / down_proj` (Qwen3-MoE's own naming; Mixtral's older
-`block_sparse_moe.experts.<e>.w1/w3/w2` names are not read). `ExpertLinears` is that layout as a module:
+`mlp.experts.<e>.gate_proj / up_proj / down_proj` (Qwen3-MoE's own naming). Mixtral's older names
+(AutoGPTQ and earlier GPT-QModel: `block_sparse_moe.experts.<e>.w1/w3/w2` and `block_sparse_moe.gate`)
+are read too: `legacy_expert_key` renames them to that layout on load. `ExpertLinears` is that layout as a module:
 a ModuleList of experts whose `forward(hidden, top_k_index, top_k_weights)` is transformers' expert
 loop, so the block's router and the rest of the model are unchanged. `split_stacked_experts` swaps it
 in (weights become views of the stacked tensors, nothing is copied), before quantizing or before
@@ -18,9 +19,20 @@ from typing import Callable
 import torch
 from torch import nn
 
-__all__ = ["ExpertLinears", "split_stacked_experts", "has_per_expert_keys"]
+__all__ = ["ExpertLinears", "split_stacked_experts", "has_per_expert_keys", "legacy_expert_key"]
 
 _PER_EXPERT = re.compile(r"\.experts\.\d+\.(gate_proj|up_proj|down_proj)$")
+_LEGACY_EXPERT = re.compile(r"\.block_sparse_moe\.experts\.(\d+)\.w([123])\.")
+_LEGACY_ROUTER = re.compile(r"\.block_sparse_moe\.gate\.")
+_LEGACY_PROJ = {"1": "gate_proj", "2": "down_proj", "3": "up_proj"}  # Mixtral: w2(silu(w1 x) * w3 x)
+
+
+def legacy_expert_key(key: str) -> str:
+    """A checkpoint tensor name in transformers 5's layout: Mixtral's `block_sparse_moe.experts.<e>.w1/w2/w3.*`
+    become `mlp.experts.<e>.gate_proj/down_proj/up_proj.*` and `block_sparse_moe.gate.*` becomes `mlp.gate.*`;
+    every other name is returned unchanged."""
+    key = _LEGACY_EXPERT.sub(lambda m: f".mlp.experts.{m.group(1)}.{_LEGACY_PROJ[m.group(2)]}.", key)
+    return _LEGACY_ROUTER.sub(".mlp.gate.", key)
 
 
 class _Expert(nn.Module):
