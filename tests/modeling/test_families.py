@@ -216,6 +216,35 @@ def test_gptq_checkpoint_with_quantized_experts_runs_in_the_engine(name, tmp_pat
     am.generation_config.eos_token_id = ref.generation_config.eos_token_id = None
     prompts = random_prompts(2, 5, 20, seed=43)
     assert am.generate(prompts, max_new_tokens=8) == [hf_greedy(ref, p, 8) for p in prompts]
+    runner = am.decoder.layers[0].moe
+    assert runner.stack_error is None and runner._stacked is not None  # decode steps ran the stacked experts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quantized_experts_stacked_equal_the_expert_loop_without_it(dtype, tmp_path, monkeypatch):
+    """The stacked path (all experts in two W4A16 weights, no host loop: what decode graphs capture) against
+    transformers' expert loop over the same per-expert linears; small token counts never enter the loop."""
+    import copy
+
+    from optimum_amdx.modeling import moe as moe_mod
+    from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer
+    from optimum_amdx.quantization.moe_experts import ExpertLinears
+
+    model = copy.deepcopy(family_model("qwen3_moe"))
+    GPTQQuantizer(GPTQConfig(bits=4, group_size=16), method="rtn", device="cpu", verbose=False).quantize(model)
+    block = model.model.layers[0].mlp
+    block.gate.weight.data = block.gate.weight.data.to(dtype)  # the router in the activation dtype
+    runner = moe_mod.moe_runner(block)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(moe_mod.STACKED_MAX_TOKENS + 1, model.config.hidden_size, generator=g).to(dtype)
+    loop = runner(x)  # above the threshold: the expert loop
+    assert runner._stacked is None
+    monkeypatch.setattr(ExpertLinears, "forward", lambda *a, **k: pytest.fail("the host loop ran"))
+    for rows in (1, 7, moe_mod.STACKED_MAX_TOKENS):
+        got = runner(x[:rows])
+        tol = 1e-4 if dtype == torch.float32 else 3e-2
+        torch.testing.assert_close(got.float(), loop[:rows].float(), atol=tol, rtol=tol)
+    assert runner.stack_error is None
 
 
 def test_mixtral_gptq_checkpoint_with_legacy_expert_names_loads(tmp_path):
