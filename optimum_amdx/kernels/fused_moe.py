@@ -12,7 +12,7 @@ grouped GEMM belongs to exactly one expert (tiles past the end are skipped by th
 grouped GEMM makes gate/up for all pairs, `silu_and_mul` forms the middle, a second grouped GEMM
 applies down and the routing weight, and the k partial outputs of each token are summed. Shapes are
 fixed by the token count, so the step can be captured in a device graph. Up to `SMALL_TOKENS` tokens
-(decode) take two matrix-vector kernels instead, with no sorting: gate/up + SiLU * up per (token, slot)
+(decode) can take two matrix-vector kernels instead (method="small"; not yet the default), with no sorting: gate/up + SiLU * up per (token, slot)
 pair, then down summed over each token's k experts (`_fused_moe_triton.fused_moe_small`).
 
 This module imports no Triton; the kernel lives in `_fused_moe_triton`.
@@ -30,10 +30,13 @@ if TYPE_CHECKING:
 
 __all__ = ["fused_moe", "fused_moe_reference", "moe_align", "route_topk", "SMALL_TOKENS"]
 
-SMALL_TOKENS = 8
-"""Token counts up to this take the few-token kernels (each (token, expert) pair reads its expert's weights on
-its own: at 8 tokens x top-8 of 128 experts a few experts are read twice, against the grouped path's launches and
-16-row padding per expert)."""
+SMALL_TOKENS = 0
+"""Token counts up to this take the few-token kernels under method="auto". 0 (off) until they are timed on a GPU:
+they are correct against the reference (interpreter tests; the full-size GPU tests cover them), but the device
+budget ran out before `benchmarks/bench_fused_moe.py` measured them; the intended value is 8 (each (token,
+expert) pair reads its expert's weights on its own: at 8 tokens x top-8 of 128 experts a few experts are read
+twice, against the grouped path's ~20 launches and 16-row padding per expert). Set it from that benchmark's
+in-graph "small" and "grouped" columns."""
 
 
 def route_topk(router_logits: "torch.Tensor", top_k: int, renormalize: bool) -> tuple["torch.Tensor", "torch.Tensor"]:
@@ -125,7 +128,7 @@ def fused_moe(
 ) -> "torch.Tensor":
     """The MoE feed-forward of x [T, H] (SiLU-gated experts), one grouped-GEMM pair where Triton runs.
 
-    method: "auto" (the few-token kernels up to `SMALL_TOKENS` tokens, else the grouped GEMMs), "small" or
+    method: "auto" (the few-token kernels up to `SMALL_TOKENS` tokens (0 for now), else the grouped GEMMs), "small" or
     "grouped" (either one, for tests and benchmarks)."""
     if method not in ("auto", "small", "grouped"):
         raise InvalidArgumentError(f"fused_moe method={method!r}: expected 'auto', 'small' or 'grouped'.")
