@@ -1,5 +1,8 @@
 """Generation benchmark: AMDModelForCausalLM vs transformers' generate on a random-weight model.
 
+(A little over 400 lines: one script whose parts, the floors, both runtimes' measurements and the table,
+change together; it is not imported by the package.)
+
 Builds a named shape (default Llama-2-7B) with random fp16 (or bf16) weights on the GPU (no download) and
 measures, in one run:
   - ceilings: copy bandwidth (bytes read + written / s) and the matmul rate of the dtype;
