@@ -11,7 +11,9 @@ multiple of the GEMM's row tile into a buffer of fixed worst-case size, so each 
 grouped GEMM belongs to exactly one expert (tiles past the end are skipped by the kernel). One
 grouped GEMM makes gate/up for all pairs, `silu_and_mul` forms the middle, a second grouped GEMM
 applies down and the routing weight, and the k partial outputs of each token are summed. Shapes are
-fixed by the token count, so the step can be captured in a device graph.
+fixed by the token count, so the step can be captured in a device graph. Up to `SMALL_TOKENS` tokens
+(decode) can take two matrix-vector kernels instead (method="small"; not yet the default), with no sorting: gate/up + SiLU * up per (token, slot)
+pair, then down summed over each token's k experts (`_fused_moe_triton.fused_moe_small`).
 
 This module imports no Triton; the kernel lives in `_fused_moe_triton`.
 """
@@ -26,7 +28,15 @@ from .runtime import arch_family, device_arch, use_triton
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["fused_moe", "fused_moe_reference", "moe_align", "route_topk"]
+__all__ = ["fused_moe", "fused_moe_reference", "moe_align", "route_topk", "SMALL_TOKENS"]
+
+SMALL_TOKENS = 0
+"""Token counts up to this take the few-token kernels under method="auto". 0 (off) until they are timed on a GPU:
+they are correct against the reference (interpreter tests; the full-size GPU tests cover them), but the device
+budget ran out before `benchmarks/bench_fused_moe.py` measured them; the intended value is 8 (each (token,
+expert) pair reads its expert's weights on its own: at 8 tokens x top-8 of 128 experts a few experts are read
+twice, against the grouped path's ~20 launches and 16-row padding per expert). Set it from that benchmark's
+in-graph "small" and "grouped" columns."""
 
 
 def route_topk(router_logits: "torch.Tensor", top_k: int, renormalize: bool) -> tuple["torch.Tensor", "torch.Tensor"]:
@@ -114,14 +124,22 @@ def moe_align(topk_ids: "torch.Tensor", num_experts: int, block_m: int) -> tuple
 
 def fused_moe(
     x: "torch.Tensor", w_gate_up: "torch.Tensor", w_down: "torch.Tensor", topk_weights: "torch.Tensor",
-    topk_ids: "torch.Tensor",
+    topk_ids: "torch.Tensor", method: str = "auto",
 ) -> "torch.Tensor":
-    """The MoE feed-forward of x [T, H] (SiLU-gated experts), one grouped-GEMM pair where Triton runs."""
+    """The MoE feed-forward of x [T, H] (SiLU-gated experts), one grouped-GEMM pair where Triton runs.
+
+    method: "auto" (the few-token kernels up to `SMALL_TOKENS` tokens (0 for now), else the grouped GEMMs), "small" or
+    "grouped" (either one, for tests and benchmarks)."""
+    if method not in ("auto", "small", "grouped"):
+        raise InvalidArgumentError(f"fused_moe method={method!r}: expected 'auto', 'small' or 'grouped'.")
     _check(x, w_gate_up, w_down, topk_weights, topk_ids)
     tensors = (x, w_gate_up, w_down, topk_weights, topk_ids)
     if x.shape[0] == 0 or not use_triton(*tensors) or any(t.stride(-1) != 1 for t in (x, w_gate_up, w_down)):
         return fused_moe_reference(x, w_gate_up, w_down, topk_weights, topk_ids)
-    from ._fused_moe_triton import fused_moe_triton
+    from ._fused_moe_triton import fused_moe_small, fused_moe_triton
 
     index = x.device.index if x.device.type == "cuda" and x.device.index is not None else 0
-    return fused_moe_triton(x, w_gate_up, w_down, topk_weights, topk_ids, arch_family(device_arch(index)))
+    family = arch_family(device_arch(index))
+    if method == "small" or (method == "auto" and x.shape[0] <= SMALL_TOKENS):
+        return fused_moe_small(x, w_gate_up, w_down, topk_weights, topk_ids, family)
+    return fused_moe_triton(x, w_gate_up, w_down, topk_weights, topk_ids, family)

@@ -4,8 +4,12 @@ Routing follows the block's router exactly: router logits, softmax in float32, t
 (Mixtral always; Qwen3-MoE when `norm_topk_prob`; Qwen3-MoE then rounds the weights to the logits'
 dtype). The expert weights are the block's own stacked tensors (`experts.gate_up_proj [E, 2I, H]`,
 `experts.down_proj [E, H, I]`), used in place: nothing is copied. GPTQ checkpoints quantize experts one
-linear at a time (`quantization.moe_experts.ExpertLinears`); those run transformers' expert loop over our
-W4A16 linears (a host-side loop: such layers decode eagerly, without a captured graph).
+linear at a time (`quantization.moe_experts.ExpertLinears`). Those run, up to `STACKED_MAX_TOKENS` tokens
+(every decode step, and always while a device graph is being captured), through all experts stacked into two
+W4A16 weights (`stack_quantized_experts`: three launches, no host loop, so decode steps are captured in
+graphs); every expert is read each step, which at 4 bits costs E/(4k) of the fp16 routed bytes (Mixtral 1x,
+Qwen3-30B-A3B 4x). Longer prefill chunks run transformers' expert loop over the per-expert W4A16 linears
+(host-side, eager), which computes routed pairs only. Stacking keeps a second 4-bit copy of the experts.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from torch import nn
 
 from ..errors import UnsupportedModelError
 from ..kernels.fused_moe import fused_moe, route_topk
-from ..quantization.moe_experts import ExpertLinears
+from ..quantization.moe_experts import ExpertLinears, stack_quantized_experts
+
+STACKED_MAX_TOKENS = 64
+"""Token counts up to this (decode batches) run quantized experts stacked, with no host loop."""
 
 
 def _is_silu(act: Callable) -> bool:
@@ -30,7 +37,10 @@ class MoERunner:
     def __init__(self, block: nn.Module) -> None:
         router, experts = block.gate, block.experts
         self.per_expert = experts if isinstance(experts, ExpertLinears) else None
-        """GPTQ experts (one W4A16 linear per expert and projection): transformers' expert loop over them."""
+        """GPTQ experts (one W4A16 linear per expert and projection)."""
+        self._stacked: tuple | None = None
+        self.stack_error: str | None = None
+        """Why the quantized experts could not be stacked (they then always run the expert loop)."""
         self._set_router(router)
         if self.per_expert is not None:
             return
@@ -63,8 +73,36 @@ class MoERunner:
         if self.weights_in_logit_dtype:
             weights = weights.to(logits.dtype)
         if self.per_expert is not None:
+            capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+            if (x.shape[0] <= STACKED_MAX_TOKENS or capturing) and self._stacked_weights() is not None:
+                return self._stacked_forward(x, ids, weights)
             return self.per_expert(x, ids, weights)
         return fused_moe(x, self.gate_up, self.down, weights, ids)
+
+    def _stacked_weights(self) -> tuple | None:
+        if self._stacked is None and self.stack_error is None:
+            stacked = stack_quantized_experts(self.per_expert)
+            if isinstance(stacked, str):
+                self.stack_error = stacked
+            else:
+                self._stacked = stacked
+        return self._stacked
+
+    def _stacked_forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """All experts at once: x @ [gate_e | up_e]_e, act(gate) * up, each expert's slice times its routing
+        weight (zero where not routed), then @ the stacked down projections (sums over experts in the GEMM)."""
+        from ..kernels.w4a16 import w4a16_matmul, w4a16_matmul_reference
+
+        gate_up, down = self._stacked
+        # float32 activations (CPU evaluation): the float32 reference of the same stacked weights
+        matmul = w4a16_matmul if x.dtype in (torch.float16, torch.bfloat16) else w4a16_matmul_reference
+        tokens, experts = x.shape[0], self.per_expert.num_experts
+        gu = matmul(x, gate_up).view(tokens, experts, 2, -1)
+        mid = self.per_expert.act_fn(gu[:, :, 0]) * gu[:, :, 1]
+        route = torch.zeros(tokens, experts, dtype=torch.float32, device=x.device)
+        route.scatter_(1, ids, weights.float())
+        mid = (mid.float() * route[:, :, None]).to(x.dtype).reshape(tokens, -1)
+        return matmul(mid, down)
 
 
 def moe_runner(block: nn.Module) -> MoERunner:

@@ -22,7 +22,7 @@ from ..errors import InvalidArgumentError, ModelNotFoundError
 from ..io import atomic_output_dir
 from .config import GPTQConfig, declares_gptq, group_rows
 from .model_utils import set_submodule
-from .moe_experts import has_per_expert_keys, split_stacked_experts
+from .moe_experts import has_per_expert_keys, legacy_expert_key, split_stacked_experts
 from .quant_linear import QuantLinear
 
 WEIGHTS_NAME = "model.safetensors"
@@ -108,7 +108,7 @@ def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device
     for f in weight_files:
         with safe_open(str(f), framework="pt") as handle:
             for k in handle.keys():
-                keys[k] = f
+                keys[legacy_expert_key(k)] = f  # Mixtral's w1/w2/w3 expert names read as transformers 5's
     quantized = sorted({k[: -len(".qweight")] for k in keys if k.endswith(".qweight")})
     if not quantized:
         raise InvalidArgumentError(f"{folder} declares GPTQ but its safetensors hold no '*.qweight' tensors.")
@@ -141,7 +141,7 @@ def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device
         with safe_open(str(f), framework="pt", device="cpu") as handle:
             for k in handle.keys():
                 t = handle.get_tensor(k)
-                state[k] = t.to(dtype) if t.is_floating_point() and not k.endswith(".scales") else t
+                state[legacy_expert_key(k)] = t.to(dtype) if t.is_floating_point() and not k.endswith(".scales") else t
     for name in quantized:
         state.setdefault(f"{name}.g_idx", _default_g_idx(model.get_submodule(name)))
     try:

@@ -2,8 +2,9 @@
 
 transformers 5 stores a sparse-MoE block's experts stacked (`experts.gate_up_proj [E, 2I, H]`,
 `experts.down_proj [E, H, I]`); GPT-QModel quantizes experts one linear at a time and names them
-`mlp.experts.<e>.gate_proj / up_proj / down_proj` (Qwen3-MoE's own naming; Mixtral's older
-`block_sparse_moe.experts.<e>.w1/w3/w2` names are not read). `ExpertLinears` is that layout as a module:
+`mlp.experts.<e>.gate_proj / up_proj / down_proj` (Qwen3-MoE's own naming). Mixtral's older names
+(AutoGPTQ and earlier GPT-QModel: `block_sparse_moe.experts.<e>.w1/w3/w2` and `block_sparse_moe.gate`)
+are read too: `legacy_expert_key` renames them to that layout on load. `ExpertLinears` is that layout as a module:
 a ModuleList of experts whose `forward(hidden, top_k_index, top_k_weights)` is transformers' expert
 loop, so the block's router and the rest of the model are unchanged. `split_stacked_experts` swaps it
 in (weights become views of the stacked tensors, nothing is copied), before quantizing or before
@@ -18,9 +19,20 @@ from typing import Callable
 import torch
 from torch import nn
 
-__all__ = ["ExpertLinears", "split_stacked_experts", "has_per_expert_keys"]
+__all__ = ["ExpertLinears", "split_stacked_experts", "has_per_expert_keys", "legacy_expert_key", "stack_quantized_experts"]
 
 _PER_EXPERT = re.compile(r"\.experts\.\d+\.(gate_proj|up_proj|down_proj)$")
+_LEGACY_EXPERT = re.compile(r"\.block_sparse_moe\.experts\.(\d+)\.w([123])\.")
+_LEGACY_ROUTER = re.compile(r"\.block_sparse_moe\.gate\.")
+_LEGACY_PROJ = {"1": "gate_proj", "2": "down_proj", "3": "up_proj"}  # Mixtral: w2(silu(w1 x) * w3 x)
+
+
+def legacy_expert_key(key: str) -> str:
+    """A checkpoint tensor name in transformers 5's layout: Mixtral's `block_sparse_moe.experts.<e>.w1/w2/w3.*`
+    become `mlp.experts.<e>.gate_proj/down_proj/up_proj.*` and `block_sparse_moe.gate.*` becomes `mlp.gate.*`;
+    every other name is returned unchanged."""
+    key = _LEGACY_EXPERT.sub(lambda m: f".mlp.experts.{m.group(1)}.{_LEGACY_PROJ[m.group(2)]}.", key)
+    return _LEGACY_ROUTER.sub(".mlp.gate.", key)
 
 
 class _Expert(nn.Module):
@@ -89,3 +101,40 @@ def split_stacked_experts(model: nn.Module) -> int:
 def has_per_expert_keys(linear_names: list[str]) -> bool:
     """Whether a checkpoint's quantized linears include per-expert ones (`...experts.<e>.gate_proj`)."""
     return any(_PER_EXPERT.search(n) for n in linear_names)
+
+
+def stack_quantized_experts(experts: ExpertLinears) -> tuple[object, object] | str:
+    """All experts of a block as two W4A16 weights, for a decode step with no host loop: gate/up of every expert
+    side by side (``[H, E * 2I]``, columns gate_0, up_0, gate_1, ...) and down of every expert stacked along the
+    input (``[E * I, H]``), so `x @ gate_up`, SiLU * up, scaling each expert's slice by its routing weight (zero for
+    experts not routed to) and one `@ down` give the block's output in three launches whose shapes depend only on
+    the token count (capturable in a device graph). Every expert is read each step: 4-bit weights of all E
+    experts against the k routed ones. Returns the reason as a string when the experts cannot be stacked
+    (not all 4-bit kernel-ready linears, act-order permutations that differ, groups that straddle experts).
+    """
+    from ..kernels.w4a16 import concat_weights, prepare_gptq_weight
+    from .config import group_rows
+    from .quant_linear import QuantLinear
+
+    members = [experts[i] for i in range(experts.num_experts)]  # (iterating the ModuleList would meet act_fn too)
+    lins = [lin for e in members for lin in (e.gate_proj, e.up_proj, e.down_proj)]
+    if not all(isinstance(lin, QuantLinear) for lin in lins):
+        return "not every expert linear is a GPTQ QuantLinear"
+    first = members[0].down_proj
+    if any(lin.bits != 4 or lin.checkpoint_format != first.checkpoint_format for lin in lins):
+        return "the experts are not all 4-bit linears of one checkpoint format"
+    gate_up = concat_weights([w.kernel_weight() for e in members for w in (e.gate_proj, e.up_proj)])
+    if gate_up is None:
+        return "the experts' gate/up weights cannot share one launch (act-order permutations or group sizes differ)"
+    downs = [e.down_proj for e in members]
+    inter = first.in_features
+    rows = group_rows(first.group_size, inter)
+    if inter % rows or any(d.in_features != inter or d.group_size != first.group_size for d in downs):
+        return f"the experts' down projections have groups of {rows} rows that do not tile {inter} inputs"
+    groups = inter // rows
+    g_idx = torch.cat([d.g_idx.to(torch.int32) + e * groups for e, d in enumerate(downs)])
+    down = prepare_gptq_weight(torch.cat([d.qweight for d in downs]), torch.cat([d.qzeros for d in downs]),
+                               torch.cat([d.scales for d in downs]), g_idx, 4, rows, first.checkpoint_format)
+    if not down.kernel_ready:
+        return "the stacked down projection is not kernel-ready"
+    return gate_up, down

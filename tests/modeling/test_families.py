@@ -216,3 +216,72 @@ def test_gptq_checkpoint_with_quantized_experts_runs_in_the_engine(name, tmp_pat
     am.generation_config.eos_token_id = ref.generation_config.eos_token_id = None
     prompts = random_prompts(2, 5, 20, seed=43)
     assert am.generate(prompts, max_new_tokens=8) == [hf_greedy(ref, p, 8) for p in prompts]
+    runner = am.decoder.layers[0].moe
+    assert runner.stack_error is None and runner._stacked is not None  # decode steps ran the stacked experts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quantized_experts_stacked_equal_the_expert_loop_without_it(dtype, tmp_path, monkeypatch):
+    """The stacked path (all experts in two W4A16 weights, no host loop: what decode graphs capture) against
+    transformers' expert loop over the same per-expert linears; small token counts never enter the loop."""
+    import copy
+
+    from optimum_amdx.modeling import moe as moe_mod
+    from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer
+    from optimum_amdx.quantization.moe_experts import ExpertLinears
+
+    model = copy.deepcopy(family_model("qwen3_moe"))
+    GPTQQuantizer(GPTQConfig(bits=4, group_size=16), method="rtn", device="cpu", verbose=False).quantize(model)
+    block = model.model.layers[0].mlp
+    block.gate.weight.data = block.gate.weight.data.to(dtype)  # the router in the activation dtype
+    runner = moe_mod.moe_runner(block)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(moe_mod.STACKED_MAX_TOKENS + 1, model.config.hidden_size, generator=g).to(dtype)
+    loop = runner(x)  # above the threshold: the expert loop
+    assert runner._stacked is None
+    monkeypatch.setattr(ExpertLinears, "forward", lambda *a, **k: pytest.fail("the host loop ran"))
+    for rows in (1, 7, moe_mod.STACKED_MAX_TOKENS):
+        got = runner(x[:rows])
+        tol = 1e-4 if dtype == torch.float32 else 3e-2
+        torch.testing.assert_close(got.float(), loop[:rows].float(), atol=tol, rtol=tol)
+    assert runner.stack_error is None
+
+
+def test_mixtral_gptq_checkpoint_with_legacy_expert_names_loads(tmp_path):
+    """AutoGPTQ-era Mixtral checkpoints name experts `block_sparse_moe.experts.<e>.w1/w2/w3` (gate/down/up) and
+    the router `block_sparse_moe.gate`: the same tensors under those names give the same model and tokens."""
+    import copy
+    import re
+    import shutil
+
+    from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer, load_gptq_model
+    from safetensors.torch import load_file, save_file
+
+    model = copy.deepcopy(family_model("mixtral"))
+    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=16), method="rtn", device="cpu", verbose=False)
+    quantizer.quantize(model)
+    quantizer.save_pretrained(model, tmp_path / "q")
+    legacy = tmp_path / "legacy"
+    shutil.copytree(tmp_path / "q", legacy)
+    names = {"gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}
+    for f in legacy.glob("*.safetensors"):
+        state = load_file(str(f))
+        renamed = {}
+        for key, tensor in state.items():
+            key = re.sub(r"\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.",
+                         lambda m: f".block_sparse_moe.experts.{m.group(1)}.{names[m.group(2)]}.", key)
+            renamed[key.replace(".mlp.gate.", ".block_sparse_moe.gate.")] = tensor
+        assert "model.layers.0.block_sparse_moe.experts.1.w3.qweight" in renamed
+        assert "model.layers.0.block_sparse_moe.gate.weight" in renamed
+        assert not any(".mlp." in k for k in renamed)
+        save_file(renamed, str(f), metadata={"format": "pt"})
+    ref = load_gptq_model(tmp_path / "q", "cpu", torch.float32)
+    got = load_gptq_model(legacy, "cpu", torch.float32)
+    ref_state, got_state = ref.state_dict(), got.state_dict()
+    assert ref_state.keys() == got_state.keys()
+    for key in ref_state:
+        torch.testing.assert_close(got_state[key], ref_state[key], rtol=0, atol=0)
+    am = AMDModelForCausalLM.from_pretrained(legacy, device="cpu", dtype="fp32", num_blocks=64, max_model_len=128)
+    am.generation_config.eos_token_id = ref.generation_config.eos_token_id = None
+    prompts = random_prompts(2, 5, 20, seed=44)
+    assert am.generate(prompts, max_new_tokens=8) == [hf_greedy(ref, p, 8) for p in prompts]
