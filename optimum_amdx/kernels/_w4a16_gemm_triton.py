@@ -45,6 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._w4a16_triton import _x_tile as _stream_x_tile
 from .compile_spec import CompileSpec
 from .runtime import arch_family
 
@@ -98,20 +99,8 @@ def _x_tile(x_ptr, perm_ptr, k0, rows_p, offs_p, offs_m, m_mask, stride_xm, K, H
     """Activations x^T [128, BLOCK_M] of K tile starting at sorted row k0, in the joined operand's order."""
     if X_PREP:  # the front wrote x already permuted into (tile, position) order: contiguous, no K mask
         x_t = tl.load(x_ptr + offs_m[None, :] * stride_xm + (k0 + offs_p)[:, None], mask=m_mask[None, :], other=0.0)
-    else:
-        rows = k0 + rows_p
-        if HAS_PERM:
-            if EVEN_K:
-                cols = tl.load(perm_ptr + rows)
-            else:
-                cols = tl.load(perm_ptr + rows, mask=rows < K, other=0)
-        else:
-            cols = rows
-        x_ptrs = x_ptr + offs_m[None, :] * stride_xm + cols[:, None]
-        if EVEN_K:
-            x_t = tl.load(x_ptrs, mask=m_mask[None, :], other=0.0)
-        else:
-            x_t = tl.load(x_ptrs, mask=m_mask[None, :] & (rows < K)[:, None], other=0.0)
+    else:  # the stream kernel's gather (act-order permutation, ragged K)
+        x_t = _stream_x_tile(x_ptr, perm_ptr, k0 + rows_p, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K)
     return x_t
 
 
