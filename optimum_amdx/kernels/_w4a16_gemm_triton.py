@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._w4a16_triton import _x_tile as _stream_x_tile
+from ._w4a16_triton import _chunks as chunks, _x_tile as _stream_x_tile  # scale groups per K tile; x gather
 from .compile_spec import CompileSpec
 from .runtime import arch_family
 
@@ -285,16 +285,6 @@ def launch_options(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
     """Compiler options of a config: the AMD knobs only where the target is AMD."""
     keys = _AMD_KEYS if arch.startswith("gfx") else _NVIDIA_KEYS
     return {k: cfg[k] for k in keys if k in cfg}
-
-
-def chunks(group_arg: int) -> int:
-    """Scale groups per 128-row K tile: 1 when one group spans whole tiles, 128 // group for 16/32/64,
-    else 8 (every 16-row plane looks its own group up; groups are multiples of 16 rows)."""
-    if group_arg == 0 or group_arg % TILE == 0:
-        return 1
-    if TILE % group_arg == 0:
-        return TILE // group_arg
-    return 8
 
 
 def split_k(m_blocks: int, n_blocks: int, k_tiles: int, cfg: dict[str, Any], cus: int) -> tuple[int, int]:
