@@ -117,8 +117,12 @@ def test_parse_size():
 
 
 # ------------------------------------------------------------------------- interrupted writes (subprocesses)
+# The writer starts with default signal dispositions: a test runner launched under nohup or as a background
+# job passes SIGHUP / SIGINT on as ignored, and an ignored signal rightly stays ignored by atomic_output_dir.
 _WRITER = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     from optimum_amdx.io import atomic_output_dir
     with atomic_output_dir(sys.argv[1], overwrite=True) as tmp:
         (tmp / "part1.bin").write_bytes(b"0" * 1000)
