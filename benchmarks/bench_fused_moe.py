@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from typing import Any
 
 import torch
 
+from optimum_amdx.benchmark.timing import call_seconds
 from optimum_amdx.kernels.fused_moe import fused_moe, fused_moe_reference, route_topk
 
 SHAPES = {  # hidden, expert intermediate, experts, top-k
@@ -29,25 +28,6 @@ SHAPES = {  # hidden, expert intermediate, experts, top-k
     "qwen3-30b-a3b": (2048, 768, 128, 8),
 }
 SMOKE = {"tiny": (64, 48, 4, 2)}
-
-
-def _median_time(fn, device: str, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        if device.startswith("cuda"):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def make_weights(shape: tuple[int, int, int, int], dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,8 +66,8 @@ def bench_shape(name: str, shape: tuple[int, int, int, int], weights_: tuple[tor
     out = fused_moe(x, w1, w2, weights, ids)
     ref = fused_moe_reference(x, w1, w2, weights, ids)
     err = (out.float() - ref.float()).abs().max().item()
-    fused_s = _median_time(lambda: fused_moe(x, w1, w2, weights, ids), device, repeats)
-    loop_s = _median_time(lambda: fused_moe_reference(x, w1, w2, weights, ids), device, repeats)
+    fused_s = call_seconds(lambda: fused_moe(x, w1, w2, weights, ids), device, repeats)
+    loop_s = call_seconds(lambda: fused_moe_reference(x, w1, w2, weights, ids), device, repeats)
     hit = int(torch.unique(ids).numel())
     weight_bytes = hit * 3 * hidden * inter * x.element_size()
     row = {"shape": name, "tokens": tokens, "dtype": str(dtype).replace("torch.", ""), "experts_hit": hit,
@@ -100,7 +80,7 @@ def bench_shape(name: str, shape: tuple[int, int, int, int], weights_: tuple[tor
         hf_w = weights.to(dtype)  # transformers' routers hand the experts weights in the activation dtype
         with torch.no_grad():
             row["hf_grouped_mm_err"] = (hf(x, ids, hf_w).float() - ref.float()).abs().max().item()
-            row["hf_grouped_mm_ms"] = _median_time(lambda: hf(x, ids, hf_w), device, repeats) * 1e3
+            row["hf_grouped_mm_ms"] = call_seconds(lambda: hf(x, ids, hf_w), device, repeats) * 1e3
     except Exception as exc:  # an older transformers or torch without grouped_mm: report, keep the rest
         row["hf_grouped_mm_error"] = f"{type(exc).__name__}: {exc}"
     if copy_bw:
@@ -157,7 +137,7 @@ def sweep(shapes: dict, tokens: list[int], dtype: torch.dtype, repeats: int) -> 
                 cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
                 try:
                     err = (fused_moe_triton(x, w1, w2, weights, ids, "nvidia", cfg).float() - ref).abs().max().item()
-                    ms = _median_time(lambda: fused_moe_triton(x, w1, w2, weights, ids, "nvidia", cfg), "cuda",
+                    ms = call_seconds(lambda: fused_moe_triton(x, w1, w2, weights, ids, "nvidia", cfg), "cuda",
                                       repeats) * 1e3
                 except Exception as exc:  # e.g. out of shared memory: skip the config
                     rows.append({"shape": name, "tokens": t, "cfg": cfg, "error": f"{type(exc).__name__}: {exc}"})

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import statistics
 from typing import Any
 
 import torch
@@ -33,7 +32,7 @@ import torch
 from optimum_amdx.benchmark.backends import build_torch_model, resolve_source
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.roofline import ModelGeometry, kv_cache_bytes
-from optimum_amdx.benchmark.timing import Clock
+from optimum_amdx.benchmark.timing import call_seconds, graph_ms
 from optimum_amdx.modeling.cache import PagedKVCache
 from optimum_amdx.modeling.paged_model import BatchInputs, DecodeFusions, PagedDecoder
 from optimum_amdx.modeling.runner import ModelRunner
@@ -77,20 +76,6 @@ def kernel_family(name: str) -> str:
         if key in n:
             return fam
     return "other"
-
-
-def _events_time(fn, rounds: int = 5, reps: int = 20) -> float:
-    """Median over rounds of the mean device seconds of `fn` (device-clock marks around `reps` calls)."""
-    clock = Clock(DEVICE)
-    fn()
-    clock.synchronize()
-    times = []
-    for _ in range(rounds):
-        start = clock.mark()
-        for _ in range(reps):
-            fn()
-        times.append(clock.seconds(start, clock.mark()) / reps)
-    return statistics.median(times)
 
 
 def profile_kernels(fn, reps: int = 5) -> dict[str, Any]:
@@ -207,27 +192,6 @@ def linear_shapes(config) -> dict[str, tuple[int, int]]:
             "down_proj": (h, i), "lm_head": (config.vocab_size, h)}
 
 
-def _graph_time(calls: list, rounds: int = 5, replays: int = 5) -> float:
-    """Device seconds per call of `calls` (each run once, in order) captured in one graph and replayed:
-    no host launch cost, so small matmuls are timed as the decode graph runs them."""
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for c in calls:
-            c()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for c in calls:
-            c()
-    t = _events_time(graph.replay, rounds=rounds, reps=replays) / len(calls)
-    del graph
-    return t
-
-
 def _sweep_configs(m: int, n: int, k: int, sms: int) -> list[dict[str, Any]]:
     out = []
     if m == 1:
@@ -272,16 +236,16 @@ def gemm_sweep(config, dtype: torch.dtype, ms: list[int], bandwidth: float, swee
             tuned = sk.tuned_config(family, m, n, k, sms)
             got = sk.skinny_gemm_triton(x, ws[0], None, family, tuned).float()
             err = ((got - ref).norm() / ref.norm()).item()
-            t_blas = _graph_time(calls(lambda a, w: torch.nn.functional.linear(a, w)))
-            t_tuned = _graph_time(calls(lambda a, w: sk.skinny_gemm_triton(a, w, None, family, tuned)))
+            t_blas = graph_ms(calls(lambda a, w: torch.nn.functional.linear(a, w))) / 1e3
+            t_tuned = graph_ms(calls(lambda a, w: sk.skinny_gemm_triton(a, w, None, family, tuned))) / 1e3
             row = {"layer": name, "n": n, "k": k, "m": m, "blas_us": t_blas * 1e6, "skinny_us": t_tuned * 1e6,
                    "skinny_config": dict(tuned), "rel_err": err, "floor_us": nbytes / bandwidth * 1e6}
             best = (t_tuned, tuned)
             if sweep:
                 for cfg in _sweep_configs(m, n, k, sms):
                     try:
-                        t = _graph_time(calls(lambda a, w, c=cfg: sk.skinny_gemm_triton(a, w, None, family, c)),
-                                        rounds=3, replays=3)
+                        t = graph_ms(calls(lambda a, w, c=cfg: sk.skinny_gemm_triton(a, w, None, family, c)),
+                                     reps=9) / 1e3
                     except Exception as exc:  # an over-sized config (shared memory) is skipped, and said
                         print(f"    config {cfg} failed: {type(exc).__name__}", flush=True)
                         continue
@@ -319,7 +283,7 @@ def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float
             label = vname if splits is None else f"{vname},splits={splits}"
             for b in args.batch_sizes:
                 g = bench.load_decode(runner, b)
-                t = _events_time(g.graph.replay)
+                t = call_seconds(g.graph.replay, DEVICE, reps=5, warmup=1, calls_per_mark=20)
                 floor = bench.floor_s(b, args.context + 1, bandwidth)
                 row = {"step_ms": t * 1e3, "floor_ms": floor * 1e3, "pct_floor": 100 * floor / t,
                        "per_layer_us": t * 1e6 / layers}
@@ -338,7 +302,8 @@ def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float
             bench.decoder.fusions = fusions
             for label, rows in (("prefill", 0), (f"mixed+{args.mixed_decode}", args.mixed_decode)):
                 inputs = bench.prefill_inputs(args.prompt, rows)
-                t = _events_time(lambda: bench.decoder.forward(inputs, bench.cache), rounds=3, reps=5)
+                t = call_seconds(lambda: bench.decoder.forward(inputs, bench.cache), DEVICE, reps=3, warmup=1,
+                                 calls_per_mark=5)
                 row = {"ms": t * 1e3}
                 if rows == 0:  # logits for the last prompt row only: lm_head counts once
                     head = bench.config.vocab_size * bench.config.hidden_size

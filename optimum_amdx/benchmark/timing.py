@@ -1,9 +1,10 @@
 """GPU timing for every benchmark, device-synchronized clocks, and a token-timestamping streamer.
 
-Kernel timing (`device_ms`, `graph_ms`, `l2_cold_copies`): warm up, time with device events,
-report the median; `graph_ms` replays calls captured in one CUDA/HIP graph so launch overhead
-is gone, and benchmarks pass it calls over enough distinct copies of the data
-(`l2_cold_copies`) that each call reads from memory, not from a warm L2/Infinity Cache.
+Kernel timing (`call_seconds`, `device_ms`, `graph_ms`, `l2_cold_copies`): warm up, time with
+device events (the host clock on the CPU), report the median; `graph_ms` replays calls captured in
+one CUDA/HIP graph so launch overhead is gone, and benchmarks pass it calls over enough distinct
+copies of the data (`l2_cold_copies`) that each call reads from memory, not from a warm
+L2/Infinity Cache. Every benchmark script times through these, so all figures share one method.
 
 On a GPU the clock records CUDA/HIP events on the current stream, so intervals are device time
 between two points of the stream, unaffected by host scheduling; reading them synchronizes once
@@ -26,22 +27,30 @@ L2_DEFEAT_BYTES = 400 << 20
 L2 / Infinity Cache (H100 50 MB, H200 60 MB, MI300X 256 MB)."""
 
 
-def device_ms(fn: Callable[[], Any], reps: int = 25, warmup: int = 3) -> float:
-    """Median device-event milliseconds of one call of `fn` after `warmup` calls."""
-    import torch
+def call_seconds(fn: Callable[[], Any], device: str = "cuda", reps: int = 25, warmup: int = 3,
+                 calls_per_mark: int = 1) -> float:
+    """Median seconds of one call of `fn` after `warmup` calls, over `reps` samples.
 
+    A sample is the interval between two clock marks (`Clock`: device events on a GPU, the host clock
+    on the CPU) around `calls_per_mark` back-to-back calls, divided by that count: 1 times each call
+    alone (its latency, launch included); more lets consecutive calls overlap as they do in a loop.
+    """
+    clock = Clock(device)
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    clock.synchronize()
     times = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+        start = clock.mark()
+        for _ in range(calls_per_mark):
+            fn()
+        times.append(clock.seconds(start, clock.mark()) / calls_per_mark)
     return statistics.median(times)
+
+
+def device_ms(fn: Callable[[], Any], reps: int = 25, warmup: int = 3) -> float:
+    """Median device-event milliseconds of one call of `fn` after `warmup` calls (a GPU is required)."""
+    return call_seconds(fn, "cuda", reps=reps, warmup=warmup) * 1e3
 
 
 def graph_ms(calls: Sequence[Callable[[], Any]], reps: int = 20, warmup_calls: int = 2) -> float:

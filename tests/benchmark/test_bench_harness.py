@@ -69,6 +69,24 @@ def test_measure_point_rejects_short_generations(monkeypatch):
         measure_point(runner, "cpu", 100, 1, 4, 5, 0, 1, 0)
 
 
+def test_call_seconds_is_the_median_per_call_after_warmup(monkeypatch):
+    clock = ScriptedTime()
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    costs = iter([9.0, 9.0] + [0.010, 0.030, 0.020] * 4 + [5.0] * 8)  # 2 slow warm-ups, then 12 timed calls
+    calls = []
+
+    def fn():
+        calls.append(1)
+        clock.advance(next(costs))
+
+    assert timing.call_seconds(fn, "cpu", reps=3, warmup=2, calls_per_mark=4) == pytest.approx(0.020)
+    assert len(calls) == 2 + 3 * 4  # warm-ups are not timed, and nothing runs after the last sample
+    calls.clear()
+    costs = iter([0.5, 0.1, 0.3, 0.2])
+    assert timing.call_seconds(fn, "cpu", reps=3, warmup=1) == pytest.approx(0.2)  # median of 0.1, 0.3, 0.2
+    assert len(calls) == 4
+
+
 def _table(**available):
     return {name: {"available": ok, "reason": None if ok else "missing", "summary": ""}
             for name, ok in available.items()}
