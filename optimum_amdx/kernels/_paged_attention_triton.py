@@ -18,7 +18,7 @@ arrive (an atomic counter) combines the slices in the same launch (FUSED_REDUCE)
 
 from __future__ import annotations
 
-import functools
+import functools  # noqa: F401 (kept: kernel line numbers are part of Triton's cache key)
 import math
 from typing import Any
 
@@ -30,7 +30,7 @@ from optimum_amdx.kernels.compile_spec import CompileSpec, grouped_specs
 from optimum_amdx.kernels.runtime import (
     amd_launch_options,
     arch_family,
-    next_pow2,
+    compute_units, next_pow2,
     split_launch_options,
 )
 from optimum_amdx.kernels.triton_compat import PINNED_COMPILE_OPTIONS
@@ -469,18 +469,6 @@ def split_counters(device: torch.device, slots: int) -> torch.Tensor | None:
     return buf
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _num_sms(device: torch.device) -> int:
-    """Compute units (SMs / CUs) of the tensor's GPU; 1 on the CPU interpreter."""
-    if device.type != "cuda":
-        return 1
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
 def unified_attention_triton(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -526,7 +514,7 @@ def unified_attention_triton(
     num_q_blocks = total_q // block_q + num_seqs
     if num_splits is None:
         num_splits = choose_num_splits(
-            family, num_seqs, num_kv_heads, max_seq_len, max_query_len, _num_sms(q.device), consts["BLOCK_N"]
+            family, num_seqs, num_kv_heads, max_seq_len, max_query_len, compute_units(q.device), consts["BLOCK_N"]
         )
     num_splits = max(1, int(num_splits))
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)

@@ -218,12 +218,6 @@ def _skinny_gemm_kernel(
         tl.store(y_ptr + offs_n, out.to(y_ptr.dtype.element_ty), mask=n_mask)
 
 
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def m_bucket(m: int) -> int:
     """The row bucket configs are keyed by: 1, 2, 4, 8 or 16."""
     b = 1
@@ -286,12 +280,14 @@ def skinny_gemm_triton(
     """Launch `_skinny_gemm_kernel`; returns ``[..., N]`` in x's dtype. With `act_mul`, x is the fused
     gate/up output ``[..., 2K]``. With `norm` = (residual, norm_weight, eps), the input is
     RMSNorm(x + residual) and the call returns (y, x + residual)."""
+    from .runtime import compute_units as _compute_units
+
     n, k = weight.shape
     x2 = x.reshape(-1, 2 * k if act_mul else k)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     m = x2.shape[0]
-    cfg = dict(config) if config is not None else tuned_config(family, m, n, k, _num_sms(x.device))
+    cfg = dict(config) if config is not None else tuned_config(family, m, n, k, _compute_units(x.device, on_cpu=4))
     use_dot = bool(cfg.pop("USE_DOT", m > 1)) or m > 1
     block_n, block_k = cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     launch = {key: v for key, v in cfg.items() if key in _LAUNCH_KEYS}

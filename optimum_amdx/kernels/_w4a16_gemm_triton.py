@@ -47,7 +47,7 @@ import triton.language as tl
 
 from ._w4a16_triton import _chunks as chunks, _x_tile as _stream_x_tile  # scale groups per K tile; x gather
 from .compile_spec import CompileSpec
-from .runtime import arch_family
+from .runtime import arch_family, compute_units
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -312,12 +312,6 @@ def _workspace(device: torch.device, n: int, m: int) -> tuple[torch.Tensor, torc
     return ws
 
 
-def _num_cus(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def x_index(w: "W4A16Weight", natural: bool) -> torch.Tensor:
     """int32 [KT * 128]: for position ``p`` of K tile ``kt`` (the kernel's joined order), the column of
     x it meets (``perm`` applied for act-order), or K (a zero column) for padded rows. Made once per
@@ -349,7 +343,7 @@ def gemm_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
     out = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
     kt = w.k_tiles
     m_blocks, n_blocks = triton.cdiv(m, block_m), triton.cdiv(n, block_n)
-    splits, per = split_k(m_blocks, n_blocks, kt, cfg, _num_cus(x2.device))
+    splits, per = split_k(m_blocks, n_blocks, kt, cfg, compute_units(x2.device))
     x_prep = bool(cfg.get("X_PREP", False))
     natural = bool(cfg.get("NATURAL", False))
     if x_prep:  # x gathered once into the kernel's (tile, position) order, a zero column for padding

@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 from .compile_spec import CompileSpec
-from .runtime import arch_family, device_arch, interpret_mode
+from .runtime import arch_family, compute_units, device_arch, interpret_mode
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -860,12 +860,6 @@ def _workspace(device: torch.device, n: int, n_cnt: int) -> tuple[torch.Tensor, 
     return ws
 
 
-def _num_cus(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 _RESIDENT: dict[tuple[Any, ...], int] = {}
 """Programs of one compiled specialization that fit on a CU/SM at once (from its registers and
 shared memory, read after its first launch)."""
@@ -897,7 +891,7 @@ def stream_grid(n_units: int, m_blocks: int, cfg: dict[str, Any], device: torch.
     if cfg.get("programs"):
         return max(1, min(n_units, cfg["programs"]))
     per_cu = min(cfg["programs_per_cu"], _RESIDENT.get(key, cfg["programs_per_cu"]))
-    return max(1, min(n_units, per_cu * _num_cus(device) // m_blocks))
+    return max(1, min(n_units, per_cu * compute_units(device) // m_blocks))
 
 
 XPACK_BLOCK = 1024

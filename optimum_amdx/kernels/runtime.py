@@ -73,6 +73,25 @@ def arch_family(arch: str) -> str:
     return "nvidia" if arch.startswith("sm_") else "unknown"
 
 
+@functools.lru_cache(maxsize=None)
+def _compute_units_of(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def compute_units(device: "torch.device", on_cpu: int = 1) -> int:
+    """Compute units (CUs on AMD, SMs on NVIDIA) of a GPU device, cached per device; `on_cpu` for a CPU
+    device (the interpreter), where a caller may want more than one to exercise its grid splitting."""
+    if device.type != "cuda":
+        return on_cpu
+    if device.index is None:
+        import torch
+
+        return _compute_units_of(torch.cuda.current_device())
+    return _compute_units_of(device.index)
+
+
 def tensor_family(t: "torch.Tensor") -> str:
     """The config family of the device a tensor lives on ("cpu" for CPU tensors and the interpreter)."""
     index = t.device.index if t.device.type == "cuda" and t.device.index is not None else 0

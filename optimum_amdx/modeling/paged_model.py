@@ -28,6 +28,7 @@ from ..kernels.paged_attention import reshape_and_cache, unified_attention
 from ..kernels.rmsnorm import rms_norm
 from ..kernels.rope_cache import rotary_and_cache_
 from ..kernels.rotary import rotary_embedding_
+from ..kernels.runtime import compute_units
 from ..kernels.skinny_gemm import skinny_gemm, skinny_gemm_norm, skinny_max_m
 from .cache import CacheLayout, PagedKVCache
 from .families import LayerParts, decoder_parts, supported_model_types
@@ -240,8 +241,7 @@ class PagedDecoder:
         self.dtype = self.embed.weight.dtype
         self.cos, self.sin = self.layers[0].cos, self.layers[0].sin
         self.fusions = DecodeFusions()
-        self._num_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
-                         if self.device.type == "cuda" else 1)
+        self._num_sms = compute_units(self.device)
 
     def cache_layout(self, block_size: int, dtype: torch.dtype | None = None) -> CacheLayout:
         """The paged-pool layout this model needs."""

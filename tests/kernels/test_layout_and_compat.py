@@ -12,7 +12,7 @@ import pytest
 from optimum_amdx.hardware.gpu_facts import ARCHS, PROFILES
 from optimum_amdx.hardware.triton_range import TORCH_TO_TRITON, parse_version, triton_validation
 from optimum_amdx.kernels.compile_spec import WAVE_SIZE
-from optimum_amdx.kernels.runtime import arch_family
+from optimum_amdx.kernels.runtime import arch_family, compute_units
 
 FRONTS = ["flash_attention", "paged_attention", "rmsnorm", "rotary"]
 
@@ -44,6 +44,14 @@ print("ok")
                                          ("cpu", "cpu"), ("gfx1036", "unknown")])
 def test_arch_family_comes_from_the_fact_table(arch, family):
     assert arch_family(arch) == family
+
+
+def test_compute_units_on_the_cpu_is_what_the_caller_asks_for():
+    # the one place grids are sized from (SMs / CUs); the interpreter gets the caller's stand-in count
+    import torch
+
+    assert compute_units(torch.device("cpu")) == 1
+    assert compute_units(torch.device("cpu"), on_cpu=4) == 4
 
 
 def test_fact_table_lds_and_wave_meanings():
