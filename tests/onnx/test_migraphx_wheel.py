@@ -8,10 +8,8 @@ the normal onnxruntime in a subprocess, as a second environment would.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 import zipfile
 from pathlib import Path
 
@@ -20,30 +18,32 @@ import pytest
 from optimum_amdx.errors import InvalidArgumentError
 from optimum_amdx.onnxruntime import providers as P
 
+from ._shadow_wheel import ensure_unpacked, run_shadowed, wheel_folder
+
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 WHEEL = "onnxruntime-migraphx==1.27.1"
 
 
+def _fetch(site: Path) -> None:
+    wheels = site.parent / (site.name + "-wheel")
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
+                    str(wheels), WHEEL], check=True, timeout=900)
+    wheel = next(wheels.glob("onnxruntime_migraphx-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    for lib in (site / "onnxruntime" / "capi").glob("*.so*"):
+        lib.chmod(0o755)
+
+
 @pytest.fixture(scope="module")
 def migraphx_site(request) -> Path:
-    site = Path(request.config.cache.mkdir("onnxruntime-migraphx-1.27.1"))
-    if not (site / "onnxruntime" / "capi" / "libonnxruntime_providers_migraphx.so").is_file():
-        wheels = site.parent / (site.name + "-wheel")
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
-                        str(wheels), WHEEL], check=True, timeout=900)
-        wheel = next(wheels.glob("onnxruntime_migraphx-*.whl"))
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extractall(site)
-        for lib in (site / "onnxruntime" / "capi").glob("*.so*"):
-            lib.chmod(0o755)
-    return site
+    return ensure_unpacked(wheel_folder(request, "onnxruntime-migraphx-1.27.1"), "libonnxruntime_providers_migraphx.so",
+                           _fetch)
 
 
 def _run(site: Path, code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(Path(__file__).resolve().parents[2])]))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return run_shadowed(site, code, timeout=600)
 
 
 def test_migraphx_provider_without_rocm_is_a_clear_error(migraphx_site, llama_static_onnx, tmp_path):

@@ -7,32 +7,32 @@ the normal onnxruntime in a subprocess, as a second environment would.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+
+from ._shadow_wheel import ensure_unpacked, run_shadowed, wheel_folder
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 WHEEL = "onnxruntime-rocm==1.22.2.post3"
 
 
+def _install(site: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--upgrade", "--target", str(site), WHEEL],
+                   check=True, timeout=900)
+
+
 @pytest.fixture(scope="module")
 def rocm_site(request) -> Path:
-    site = Path(request.config.cache.mkdir("onnxruntime-rocm-1.22.2.post3"))
-    if not (site / "onnxruntime" / "capi" / "libonnxruntime_providers_rocm.so").is_file():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--upgrade", "--target", str(site), WHEEL],
-                       check=True, timeout=900)
-    return site
+    return ensure_unpacked(wheel_folder(request, "onnxruntime-rocm-1.22.2.post3"), "libonnxruntime_providers_rocm.so",
+                           _install)
 
 
 def _run(site: Path, code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(Path(__file__).resolve().parents[2])]))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return run_shadowed(site, code, timeout=300)
 
 
 def test_rocm_provider_without_rocm_is_a_clear_error(rocm_site, bert_cls_onnx):
