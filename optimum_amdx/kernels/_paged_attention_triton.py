@@ -18,7 +18,6 @@ arrive (an atomic counter) combines the slices in the same launch (FUSED_REDUCE)
 
 from __future__ import annotations
 
-import functools  # noqa: F401 (kept: kernel line numbers are part of Triton's cache key)
 import math
 from typing import Any
 
@@ -30,7 +29,8 @@ from optimum_amdx.kernels.compile_spec import CompileSpec, grouped_specs
 from optimum_amdx.kernels.runtime import (
     amd_launch_options,
     arch_family,
-    compute_units, next_pow2,
+    compute_units,
+    next_pow2,
     split_launch_options,
 )
 from optimum_amdx.kernels.triton_compat import PINNED_COMPILE_OPTIONS

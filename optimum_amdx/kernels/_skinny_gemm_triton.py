@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from .compile_spec import CompileSpec
+from .runtime import compute_units
 
 _FAMILY_MAX_M: dict[str, int] = {
     # AMD: hipBLASLt is weak at M <= 8 (why vLLM ships skinny kernels for ROCm). Not measured on
@@ -280,14 +281,12 @@ def skinny_gemm_triton(
     """Launch `_skinny_gemm_kernel`; returns ``[..., N]`` in x's dtype. With `act_mul`, x is the fused
     gate/up output ``[..., 2K]``. With `norm` = (residual, norm_weight, eps), the input is
     RMSNorm(x + residual) and the call returns (y, x + residual)."""
-    from .runtime import compute_units as _compute_units
-
     n, k = weight.shape
     x2 = x.reshape(-1, 2 * k if act_mul else k)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     m = x2.shape[0]
-    cfg = dict(config) if config is not None else tuned_config(family, m, n, k, _compute_units(x.device, on_cpu=4))
+    cfg = dict(config) if config is not None else tuned_config(family, m, n, k, compute_units(x.device, on_cpu=4))
     use_dot = bool(cfg.pop("USE_DOT", m > 1)) or m > 1
     block_n, block_k = cfg.pop("BLOCK_N"), cfg.pop("BLOCK_K")
     launch = {key: v for key, v in cfg.items() if key in _LAUNCH_KEYS}

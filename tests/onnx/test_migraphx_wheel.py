@@ -42,13 +42,9 @@ def migraphx_site(request) -> Path:
                            _fetch)
 
 
-def _run(site: Path, code: str) -> subprocess.CompletedProcess:
-    return run_shadowed(site, code, timeout=600)
-
-
 def test_migraphx_provider_without_rocm_is_a_clear_error(migraphx_site, llama_static_onnx, tmp_path):
     cache = tmp_path / "mgx-cache"
-    proc = _run(migraphx_site, f"""
+    proc = run_shadowed(migraphx_site, f"""
         import warnings
         import torch
         import onnxruntime
@@ -70,7 +66,7 @@ def test_migraphx_provider_without_rocm_is_a_clear_error(migraphx_site, llama_st
         out = model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=3, do_sample=False, pad_token_id=0)
         print("FALLBACK:", model.provider, model.use_static_shapes, tuple(out.shape),
               any("MIGraphXExecutionProvider was requested" in str(w.message) for w in caught))
-    """)
+    """, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     line = next(l for l in proc.stdout.splitlines() if l.startswith("PROVIDER_ERROR:"))
     assert "MIGraphXExecutionProvider was requested but ONNX Runtime is running on CPUExecutionProvider" in line

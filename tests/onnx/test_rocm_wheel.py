@@ -31,12 +31,8 @@ def rocm_site(request) -> Path:
                            _install)
 
 
-def _run(site: Path, code: str) -> subprocess.CompletedProcess:
-    return run_shadowed(site, code, timeout=300)
-
-
 def test_rocm_provider_without_rocm_is_a_clear_error(rocm_site, bert_cls_onnx):
-    proc = _run(rocm_site, f"""
+    proc = run_shadowed(rocm_site, f"""
         import warnings
         import onnxruntime
         assert onnxruntime.__version__.startswith("1.22"), onnxruntime.__file__
@@ -54,7 +50,7 @@ def test_rocm_provider_without_rocm_is_a_clear_error(rocm_site, bert_cls_onnx):
             model = ORTModelForSequenceClassification.from_pretrained({str(bert_cls_onnx)!r}, provider="rocm",
                                                                       allow_fallback=True)
         print("FALLBACK:", model.provider, any("ROCMExecutionProvider was requested" in str(w.message) for w in caught))
-    """)
+    """, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     line = next(l for l in proc.stdout.splitlines() if l.startswith("PROVIDER_ERROR:"))
     assert "ROCMExecutionProvider was requested but ONNX Runtime is running on CPUExecutionProvider" in line
