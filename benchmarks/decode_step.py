@@ -124,6 +124,7 @@ class StepBench:
         self.context = context
         self.blocks_per_seq = -(-max_model_len // block_size)
         num_blocks = max_batch * self.blocks_per_seq + 1
+        self.max_batch = max_batch
         self.cache = PagedKVCache(self.decoder.cache_layout(block_size), num_blocks, torch.device(DEVICE))
         gen = torch.Generator(device=DEVICE).manual_seed(seed)
         for t in self.cache.k + self.cache.v:
@@ -164,6 +165,9 @@ class StepBench:
 
     def prefill_inputs(self, prompt: int, decode_rows: int = 0) -> BatchInputs:
         """One sequence's `prompt`-token prefill, plus `decode_rows` sequences decoding one token each."""
+        if 1 + decode_rows > self.max_batch:
+            raise ValueError(f"a step of {1 + decode_rows} sequences needs a cache built for that many "
+                             f"(this one holds {self.max_batch})")
         bs = self.block_size
         ids = torch.randint(3, self.config.vocab_size, (prompt + decode_rows,), generator=self.gen)
         pos = list(range(prompt)) + [self.context] * decode_rows
@@ -266,8 +270,8 @@ def gemm_sweep(config, dtype: torch.dtype, ms: list[int], bandwidth: float, swee
 
 def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float) -> dict[str, Any]:
     dtype = _DTYPES[dtype_name]
-    bench = StepBench(shape, dtype, max(args.batch_sizes), args.context, args.max_model_len, args.block_size,
-                      args.seed)
+    seqs = max(args.batch_sizes + ([1 + args.mixed_decode] if args.prefill else []))  # the mixed step's too
+    bench = StepBench(shape, dtype, seqs, args.context, args.max_model_len, args.block_size, args.seed)
     layers = bench.geom.num_layers
     out: dict[str, Any] = {"shape": shape, "dtype": dtype_name, "weight_bytes": bench.weight_bytes,
                            "layers": layers, "context": args.context, "decode": {}, "prefill": {}}

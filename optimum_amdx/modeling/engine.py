@@ -28,7 +28,7 @@ import torch
 from ..errors import InvalidArgumentError
 from .cache import PagedKVCache, blocks_for_memory
 from .paged_model import PagedDecoder
-from .runner import Feed, ModelRunner
+from .runner import Feed, ModelRunner, prefill_buckets
 from .sampling import SamplingParams, sample_tokens, to_device
 from .scheduler import PENDING, Scheduler, Sequence
 
@@ -71,7 +71,8 @@ class LLMEngine:
     block_size: tokens per KV block. num_blocks: pool size; when None it is sized from free GPU
     memory times `memory_fraction` (a GPU is required then). max_num_seqs: most sequences decoding
     together (also the largest graph bucket). max_num_batched_tokens: token budget of one step
-    (prefill chunk size). use_cuda_graph: capture decode steps as device graphs (GPU only).
+    (prefill chunk size). use_cuda_graph: capture decode steps, and prefill steps of up to 1024 tokens, as
+    device graphs (GPU only).
     """
 
     def __init__(self, decoder: PagedDecoder, *, block_size: int = 16, num_blocks: int | None = None,
@@ -89,11 +90,14 @@ class LLMEngine:
                     "num_blocks is required on CPU (the pool is sized from free memory only on a GPU)."
                 )
             activations = max_num_batched_tokens * decoder.config.intermediate_size * 6 * 2
+            if use_cuda_graph:  # the prefill graphs' pool holds the activations of their largest bucket
+                graph_tokens = max(prefill_buckets(max_num_batched_tokens), default=0)
+                activations += graph_tokens * decoder.config.intermediate_size * 6 * 2
             num_blocks = blocks_for_memory(layout, decoder.device, memory_fraction, reserve_bytes=activations)
         self.cache = PagedKVCache(layout, num_blocks, decoder.device)
         self.scheduler = Scheduler(self.cache.allocator, block_size, max_num_seqs, max_num_batched_tokens,
                                    decoder.max_model_len)
-        self.runner = ModelRunner(decoder, self.cache, max_num_seqs, use_cuda_graph)
+        self.runner = ModelRunner(decoder, self.cache, max_num_seqs, use_cuda_graph, max_num_batched_tokens)
         self.generator = generator
         self._ids = itertools.count()
         self._seqs: dict[Hashable, Sequence] = {}

@@ -4,8 +4,16 @@ Pure-decode batches (one new token per sequence) are padded to the next batch bu
 (1, 2, 4, ..., max_num_seqs) and replayed from a captured `torch.cuda.CUDAGraph` (a HIP graph on
 ROCm) whose inputs are static buffers; a step then costs two host-to-device copies (plus the device
 copy of pending tokens, below) and one replay.
-Padding rows write nowhere (slot -1) and their logits are ignored. Prefill and mixed batches run
-eagerly. On CPU everything runs eagerly through the same code.
+Padding rows write nowhere (slot -1) and their logits are ignored.
+
+Prefill and mixed batches (prompt chunks, possibly with decode tokens) of up to `PREFILL_TOKEN_BUCKETS[-1]`
+tokens are replayed the same way from graphs captured per token bucket, with room for every sequence
+slot: an eager forward launches about ten kernels per layer from Python, and for a short prompt the
+host takes longer to launch them than the GPU takes to run them (Llama-3-8B, 512 tokens, H100: 12 ms
+of kernels in a 25-31 ms TTFT; benchmarks/RESULTS.md). Padding tokens belong to no sequence (every
+unused sequence slot is empty), so attention skips them and they write no KV. Larger steps, MoE
+models (their long-prompt expert loop reads counts on the host) and CPU runs go eagerly through the
+same forward.
 
 A sequence's newest token may still be unknown on the host (`PENDING`: the engine reads sampled tokens
 one step late). Such a token is taken on the device from the previous step's token tensor (`Feed`),
@@ -35,6 +43,25 @@ def batch_buckets(max_num_seqs: int) -> list[int]:
         buckets.append(b)
         b *= 2
     buckets.append(max_num_seqs)
+    return buckets
+
+
+PREFILL_TOKEN_BUCKETS = (32, 64, 128, 256, 384, 512, 768, 1024)
+"""Token counts of the captured prefill/mixed-step graphs. A step is padded to the next one (at most
+1.5x above 256 tokens); past the last, a forward's kernels outlast their launches, so eager costs
+nothing more (Llama-3-8B on an H100: about 24 us of kernels per prompt token against 25 ms of launches
+per forward). 32 and up keep a padded step clear of split decode attention (it splits at most 16-row
+query blocks)."""
+
+
+def prefill_buckets(max_num_batched_tokens: int) -> list[int]:
+    """The prefill graph buckets a step budget of `max_num_batched_tokens` can use (the budget itself
+    caps the last one; none under the first bucket)."""
+    if max_num_batched_tokens < PREFILL_TOKEN_BUCKETS[0]:
+        return []
+    buckets = [b for b in PREFILL_TOKEN_BUCKETS if b < max_num_batched_tokens]
+    if max_num_batched_tokens <= PREFILL_TOKEN_BUCKETS[-1]:
+        buckets.append(max_num_batched_tokens)
     return buckets
 
 
@@ -96,38 +123,118 @@ class _DecodeGraph:
         self.i32[: self.bucket].fill_(1)
 
 
-class ModelRunner:
-    """Executes scheduled batches of a PagedDecoder over a PagedKVCache."""
+@dataclass
+class _Packed:
+    """One step's inputs as host lists, in packing order (what `BatchInputs` holds, before upload).
 
-    def __init__(self, decoder: PagedDecoder, cache: PagedKVCache, max_num_seqs: int, use_graphs: bool) -> None:
+    dst/src: rows of `ids` whose token is still pending, and where `Feed.tokens` has each."""
+
+    ids: list[int]
+    pos: list[int]
+    slots: list[int]
+    seq_lens: list[int]
+    qsl: list[int]
+    logits_rows: list[int]
+    tables: list[list[int]]
+    dst: list[int]
+    src: list[int]
+    sampled: list[Sequence]
+    max_query_len: int
+
+
+class _PrefillGraph:
+    """One captured step of up to `tokens` packed tokens and `seqs` sequences, with static inputs.
+
+    A smaller step is padded: its tokens first, then padding tokens (id 0, position 0, slot -1) that
+    belong to no sequence; unused sequence slots are empty (zero query tokens, zero context), so the
+    attention kernel's programs for them and for the padding return at once. Unused logits rows read
+    row 0 and are dropped. The launch is sized for `tokens` query rows and `max_model_len` keys, as the
+    attention kernel allows (sizes are upper bounds)."""
+
+    def __init__(self, tokens: int, seqs: int, max_blocks: int, max_model_len: int, device: torch.device) -> None:
+        self.tokens, self.seqs, self.max_blocks = tokens, seqs, max_blocks
+        t, s = tokens, seqs
+        self.i64 = torch.zeros(3 * t + s, dtype=torch.int64, device=device)
+        self.i32 = torch.zeros(2 * s + 1 + s * max_blocks, dtype=torch.int32, device=device)
+        self.inputs = BatchInputs(
+            input_ids=self.i64[:t], positions=self.i64[t:2 * t], slot_mapping=self.i64[2 * t:3 * t],
+            logits_indices=self.i64[3 * t:], seq_lens=self.i32[:s], query_start_loc=self.i32[s:2 * s + 1],
+            block_tables=self.i32[2 * s + 1:].view(s, max_blocks), max_query_len=t, max_seq_len=max_model_len,
+        )
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.logits: torch.Tensor | None = None
+
+    def load_dummy(self) -> None:
+        """Inputs of an empty step (every sequence slot empty, no KV written): safe to run for capture."""
+        t = self.tokens
+        self.i64.zero_()
+        self.i64[2 * t:3 * t].fill_(-1)
+        self.i32.zero_()
+
+    def load(self, p: _Packed) -> None:
+        """Upload a packed step (at most `tokens` tokens and `seqs` sequences) into the static inputs."""
+        n, s = len(p.ids), len(p.seq_lens)
+        pad_t, pad_s = self.tokens - n, self.seqs - s
+        rows = [0] * (self.seqs - len(p.logits_rows))
+        i64 = torch.tensor(p.ids + [0] * pad_t + p.pos + [0] * pad_t + p.slots + [-1] * pad_t + p.logits_rows + rows,
+                           dtype=torch.int64)
+        width = self.max_blocks
+        tables = [b for row in p.tables for b in row + [0] * (width - len(row))]
+        i32 = torch.tensor(p.seq_lens + [0] * pad_s + p.qsl + [n] * pad_s + tables + [0] * (pad_s * width),
+                           dtype=torch.int32)
+        self.i64.copy_(i64, non_blocking=True)
+        self.i32.copy_(i32, non_blocking=True)
+
+
+class ModelRunner:
+    """Executes scheduled batches of a PagedDecoder over a PagedKVCache.
+
+    max_num_batched_tokens: the step budget; with graphs, steps of up to `prefill_buckets(...)[-1]` tokens
+    are replayed from prefill graphs (None: prefill and mixed steps always run eagerly)."""
+
+    def __init__(self, decoder: PagedDecoder, cache: PagedKVCache, max_num_seqs: int, use_graphs: bool,
+                 max_num_batched_tokens: int | None = None) -> None:
         self.decoder = decoder
         self.cache = cache
         self.device = decoder.device
         self.block_size = cache.block_size
         self.max_blocks = -(-decoder.max_model_len // self.block_size)
+        self.max_num_seqs = max_num_seqs
         self.buckets = batch_buckets(max_num_seqs)
         self.use_graphs = use_graphs and self.device.type == "cuda"
         self.graphs: dict[int, _DecodeGraph] = {}
         self.graph_error: str | None = None
+        self.prefill_graphs: dict[int, _PrefillGraph] = {}
+        self.prefill_graph_error: str | None = None
+        self._pool = None
         if self.use_graphs:
+            self._pool = torch.cuda.graph_pool_handle()
             self._capture_all()
+        if self.use_graphs and max_num_batched_tokens is not None:
+            self._capture_prefill(prefill_buckets(max_num_batched_tokens))
+        self._prefill_sizes = sorted(self.prefill_graphs)
+
+    def _capture(self, inputs: BatchInputs) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """Warm `inputs`' step up on a side stream (compiles kernels, makes lazy workspaces), then
+        capture it into a graph of the shared pool; returns the graph and its logits tensor."""
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self.decoder.forward(inputs, self.cache)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            logits = self.decoder.forward(inputs, self.cache)
+        return graph, logits
 
     def _capture_all(self) -> None:
-        pool = torch.cuda.graph_pool_handle()
         try:
             for bucket in sorted(self.buckets, reverse=True):
                 g = _DecodeGraph(bucket, self.max_blocks, self.device)
                 g.inputs.max_seq_len = self.decoder.max_model_len
                 g.load_dummy()
-                stream = torch.cuda.Stream(self.device)
-                stream.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(stream):
-                    for _ in range(2):
-                        self.decoder.forward(g.inputs, self.cache)
-                torch.cuda.current_stream(self.device).wait_stream(stream)
-                g.graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g.graph, pool=pool):
-                    g.logits = self.decoder.forward(g.inputs, self.cache)
+                g.graph, g.logits = self._capture(g.inputs)
                 self.graphs[bucket] = g
             torch.cuda.synchronize(self.device)
         except Exception as exc:  # a kernel that syncs with the host cannot be captured: run eagerly
@@ -137,52 +244,76 @@ class ModelRunner:
             self.use_graphs = False
             torch.cuda.synchronize(self.device)
 
+    def _capture_prefill(self, buckets: list[int]) -> None:
+        """Capture a prefill/mixed-step graph per token bucket (largest first, so the shared pool is sized
+        by it). Skipped for MoE models; a failed capture leaves those steps eager and decode graphs intact."""
+        if any(layer.moe is not None for layer in self.decoder.layers):
+            self.prefill_graph_error = "MoE layers: the expert loop of long steps reads counts on the host"
+            return
+        try:
+            for tokens in sorted(buckets, reverse=True):
+                g = _PrefillGraph(tokens, self.max_num_seqs, self.max_blocks, self.decoder.max_model_len, self.device)
+                g.load_dummy()
+                g.graph, g.logits = self._capture(g.inputs)
+                self.prefill_graphs[tokens] = g
+            torch.cuda.synchronize(self.device)
+        except Exception as exc:
+            self.prefill_graph_error = f"{type(exc).__name__}: {exc}"
+            logger.warning("Prefill graph capture failed (%s); prefill steps run eagerly.", self.prefill_graph_error)
+            self.prefill_graphs.clear()
+            torch.cuda.synchronize(self.device)
+
     def _slots(self, seq: Sequence, start: int, n: int) -> list[int]:
         bs, blocks = self.block_size, seq.blocks
         return [blocks[p // bs] * bs + p % bs for p in range(start, start + n)]
 
-    def build(self, batch: ScheduledBatch) -> tuple[BatchInputs, list[Sequence]]:
-        """Packed inputs for an eager step and the sequences whose next token is sampled, in row order."""
+    def _pack(self, batch: ScheduledBatch) -> _Packed:
+        """The step's inputs as host lists, and the sequences whose next token is sampled, in row order."""
         feed: Feed | None = batch.feed
-        ids: list[int] = []
-        pos: list[int] = []
-        slots: list[int] = []
-        seq_lens: list[int] = []
-        qsl = [0]
-        logits_rows: list[int] = []
-        sampled: list[Sequence] = []
-        width = max(len(s.blocks) for s in batch.seqs)
-        tables = []
-        dst: list[int] = []
-        src: list[int] = []
+        p = _Packed([], [], [], [], [0], [], [], [], [], [], max(batch.num_new))
         for seq, n in zip(batch.seqs, batch.num_new):
             start = seq.num_computed
             chunk = _token_slice(seq, start, n)
             if chunk[-1] == PENDING:  # only the newest token can be pending
-                dst.append(len(ids) + n - 1)
-                src.append(feed.rows[seq] if feed is not None else -1)
+                p.dst.append(len(p.ids) + n - 1)
+                p.src.append(feed.rows[seq] if feed is not None else -1)
                 chunk[-1] = 0
-            ids += chunk
-            pos += range(start, start + n)
-            slots += self._slots(seq, start, n)
-            seq_lens.append(start + n)
-            qsl.append(qsl[-1] + n)
-            tables.append(seq.blocks + [0] * (width - len(seq.blocks)))
+            p.ids += chunk
+            p.pos += range(start, start + n)
+            p.slots += self._slots(seq, start, n)
+            p.seq_lens.append(start + n)
+            p.qsl.append(p.qsl[-1] + n)
+            p.tables.append(seq.blocks)
             if start + n == seq.num_tokens:
-                logits_rows.append(qsl[-1] - 1)
-                sampled.append(seq)
+                p.logits_rows.append(p.qsl[-1] - 1)
+                p.sampled.append(seq)
+        return p
+
+    def build(self, batch: ScheduledBatch) -> tuple[BatchInputs, list[Sequence]]:
+        """Packed inputs for an eager step and the sequences whose next token is sampled, in row order."""
+        p = self._pack(batch)
+        width = max(len(row) for row in p.tables)
+        tables = [b for row in p.tables for b in row + [0] * (width - len(row))]
         dev = self.device
-        i64 = to_device(ids + pos + slots + logits_rows, torch.int64, dev)
-        i32 = to_device(seq_lens + qsl + [b for row in tables for b in row], torch.int32, dev)
-        t, s = len(ids), len(batch.seqs)
+        i64 = to_device(p.ids + p.pos + p.slots + p.logits_rows, torch.int64, dev)
+        i32 = to_device(p.seq_lens + p.qsl + tables, torch.int32, dev)
+        t, s = len(p.ids), len(batch.seqs)
         inputs = BatchInputs(
             input_ids=i64[:t], positions=i64[t:2 * t], slot_mapping=i64[2 * t:3 * t],
             logits_indices=i64[3 * t:], seq_lens=i32[:s], query_start_loc=i32[s:2 * s + 1],
             block_tables=i32[2 * s + 1:].view(s, width),
-            max_query_len=max(batch.num_new), max_seq_len=max(seq_lens),
+            max_query_len=p.max_query_len, max_seq_len=max(p.seq_lens),
         )
-        _patch(inputs.input_ids, dst, src, feed)
-        return inputs, sampled
+        _patch(inputs.input_ids, p.dst, p.src, batch.feed)
+        return inputs, p.sampled
+
+    def _replay_prefill(self, batch: ScheduledBatch, tokens: int) -> tuple[torch.Tensor, list[Sequence]]:
+        p = self._pack(batch)
+        g = self.prefill_graphs[next(b for b in self._prefill_sizes if b >= tokens)]
+        g.load(p)
+        _patch(g.inputs.input_ids, p.dst, p.src, batch.feed)
+        g.graph.replay()
+        return g.logits[:len(p.sampled)], p.sampled
 
     def _replay(self, batch: ScheduledBatch) -> torch.Tensor:
         feed: Feed | None = batch.feed
@@ -221,5 +352,8 @@ class ModelRunner:
         Newest tokens still `PENDING` on the host are taken from `batch.feed` on the device."""
         if self.use_graphs and batch.is_pure_decode and len(batch) <= self.buckets[-1]:
             return self._replay(batch), list(batch.seqs)
+        tokens = sum(batch.num_new)
+        if self._prefill_sizes and tokens <= self._prefill_sizes[-1] and len(batch) <= self.max_num_seqs:
+            return self._replay_prefill(batch, tokens)
         inputs, sampled = self.build(batch)
         return self.decoder.forward(inputs, self.cache), sampled

@@ -72,3 +72,24 @@ def test_attn_implementation_amdx_prefill_matches_sdpa_on_gpu():
             model.set_attn_implementation("sdpa")
     assert (got - ref).abs().max().item() <= 0.02 * ref.std().item() + 1e-2
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean().item() >= 0.97
+
+
+def test_captured_prefill_steps_give_the_eager_logits_within_fp16_tolerance():
+    """Chunked and mixed steps replayed from the captured prefill graphs (padded to their token bucket) score
+    like the same steps run eagerly; steps past the last bucket run eagerly."""
+    from optimum_amdx.modeling.engine import LLMEngine
+    from optimum_amdx.modeling.paged_model import PagedDecoder
+
+    from .test_prefill_graph import check_padded_steps
+
+    decoder = PagedDecoder(_llama_1b(), max_model_len=1024)
+    engine = LLMEngine(decoder, max_num_seqs=4, max_num_batched_tokens=256, memory_fraction=0.3)
+    runner = engine.runner
+    assert sorted(runner.prefill_graphs) == [32, 64, 128, 256], runner.prefill_graph_error
+
+    def replayed(runner, batch):
+        return runner._replay_prefill(batch, sum(batch.num_new))[0]
+
+    seen = check_padded_steps(engine, _prompts(4, seed=3), 8, replayed, atol=5e-2, rtol=2e-2)
+    assert any(seqs > 1 for _, seqs, _ in seen) and any(tokens < 256 for tokens, _, _ in seen), seen
+    assert engine.num_free_blocks == engine.num_blocks

@@ -1,0 +1,73 @@
+"""Prefill and mixed steps in the padded layout of a captured prefill graph (`runner._PrefillGraph`): padding
+tokens that belong to no sequence, empty sequence slots, unused logits rows. Every such step of a chunked,
+continuously batched run gives the eager step's logits; on CPU through the PyTorch references (here) and
+through the Triton kernels in the interpreter (tests/kernels/test_family_engine.py)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from optimum_amdx.modeling.engine import LLMEngine
+from optimum_amdx.modeling.paged_model import PagedDecoder
+from optimum_amdx.modeling.runner import ModelRunner, _patch, _PrefillGraph, prefill_buckets
+from optimum_amdx.modeling.sampling import SamplingParams
+from optimum_amdx.modeling.scheduler import ScheduledBatch
+
+from .conftest import random_prompts
+
+
+def padded_on_host(runner: ModelRunner, batch: ScheduledBatch) -> torch.Tensor:
+    """The step run eagerly in the padded layout of the bucket a captured graph would use."""
+    p = runner._pack(batch)
+    bucket = next(b for b in prefill_buckets(1024) if b >= len(p.ids))
+    g = _PrefillGraph(bucket, runner.max_num_seqs, runner.max_blocks, runner.decoder.max_model_len, runner.device)
+    g.load(p)
+    _patch(g.inputs.input_ids, p.dst, p.src, batch.feed)
+    return runner.decoder.forward(g.inputs, runner.cache)[:len(p.sampled)]
+
+
+def check_padded_steps(engine: LLMEngine, prompts: list[list[int]], new_tokens: int,
+                       padded: Callable[[ModelRunner, ScheduledBatch], torch.Tensor], atol: float,
+                       rtol: float) -> list[tuple[int, int, int]]:
+    """Generate greedily; at every step that is not pure decode, compare `padded(runner, batch)` with the
+    eager step's logits. Returns (tokens, sequences, sampled) of each compared step."""
+    runner = engine.runner
+    eager = runner.execute
+    seen: list[tuple[int, int, int]] = []
+
+    def execute(batch: ScheduledBatch):
+        if batch.is_pure_decode:
+            return eager(batch)
+        got = padded(runner, batch).float().clone()
+        inputs, sampled = runner.build(batch)
+        logits = runner.decoder.forward(inputs, runner.cache)
+        torch.testing.assert_close(got, logits.float(), atol=atol, rtol=rtol)
+        seen.append((sum(batch.num_new), len(batch), len(sampled)))
+        return logits, sampled
+
+    runner.execute = execute
+    try:
+        engine.generate(prompts, SamplingParams(max_new_tokens=new_tokens))
+    finally:
+        del runner.execute
+    return seen
+
+
+def test_padded_prefill_steps_give_the_eager_logits(llama):
+    decoder = PagedDecoder(llama, max_model_len=96)
+    engine = LLMEngine(decoder, block_size=4, num_blocks=96, max_num_seqs=4, max_num_batched_tokens=24,
+                       use_cuda_graph=False)
+    seen = check_padded_steps(engine, random_prompts(4, 3, 40, seed=5), 5, padded_on_host, atol=1e-4, rtol=1e-4)
+    assert any(sampled < seqs for _, seqs, sampled in seen), seen  # a prompt chunk that samples nothing
+    assert any(seqs > 1 and sampled == seqs for _, seqs, sampled in seen), seen  # decode rows beside a prompt end
+    assert engine.num_free_blocks == engine.num_blocks
+
+
+def test_prefill_buckets_follow_the_step_budget():
+    assert prefill_buckets(4096) == [32, 64, 128, 256, 384, 512, 768, 1024]
+    assert prefill_buckets(1024) == [32, 64, 128, 256, 384, 512, 768, 1024]
+    assert prefill_buckets(300) == [32, 64, 128, 256, 300]
+    assert prefill_buckets(32) == [32]
+    assert prefill_buckets(16) == []
