@@ -45,7 +45,7 @@ def grid(batch: int, kv_heads: int, sms: int) -> list[tuple[dict[str, Any], int]
     tiles = [(64, 4, 2), (128, 4, 2), (64, 4, 3), (128, 4, 3), (64, 8, 2), (128, 8, 2), (32, 4, 2), (64, 4, 1)]
     splits = (4, 8, 16, 32) if few else (1, 2)
     if few:
-        tiles = tiles[:2]
+        tiles = tiles[:2] + [(32, 4, 2), (32, 4, 3)]
     return [({"BLOCK_M": 16, "BLOCK_N": n, "num_warps": w, "num_stages": s}, sp) for n, w, s in tiles for sp in splits]
 
 

@@ -201,7 +201,8 @@ def _sweep_configs(m: int, n: int, k: int, sms: int) -> list[dict[str, Any]]:
     if m == 1:
         for bn in (4, 8, 16, 32):
             for bk, warps, stages in ((256, 4, 4), (512, 4, 3), (512, 4, 4), (512, 8, 3), (1024, 8, 3), (256, 2, 3)):
-                if bn * bk <= 16384 and k % bk == 0 and -(-n // bn) >= sms:
+                # a K that no tile divides (Llama-2-7B's down projection: 11008) also tries the masked tail
+                if bn * bk <= 16384 and (k % bk == 0 or k >= 8 * bk) and -(-n // bn) >= sms:
                     out.append({"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages,
                                 "USE_DOT": False})
         for bn in (16, 32):
