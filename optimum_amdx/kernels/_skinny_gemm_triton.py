@@ -61,10 +61,10 @@ def _dot(bn: int, bk: int, warps: int, stages: int) -> dict[str, Any]:
     return {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages, "USE_DOT": True}
 
 
-# H200 sweep, 2026-11-23 (fp16, graph-timed, weights rotated past L2): (N, K) -> {row bucket: config}.
-# Kept where the winner was no slower than cuBLAS (ratio <= 1.0); gate/up at 2..16 rows was 2-6 %
-# slower and stays on cuBLAS. Llama-2-7B shapes were swept at 1 (H100, 2026-11-25) and 16 rows; the dot body pads to
-# 16 rows, so its 16-row time bounds 2..8 rows, used where the 16-row ratio left a 3 % margin.
+# H200 sweep, 2026-11-23 (fp16, graph-timed, weights rotated past L2; Llama-2-7B down / lm_head at 1 row: the
+# H100 winners of 2026-11-25, down the H200's too): (N, K) -> {row bucket: config}. Kept where no slower than
+# cuBLAS; gate/up at 2..16 rows was 2-6 % slower and stays on cuBLAS. Llama-2-7B was swept at 1 and 16 rows; the
+# dot body pads to 16 rows, so its 16-row time bounds 2..8 rows, used where the 16-row ratio left a 3 % margin.
 _HOPPER: dict[tuple[int, int], dict[int, dict[str, Any]]] = {
     (6144, 4096): {1: _ew(8, 512, 4, 3), 2: _dot(64, 256, 4, 4), 4: _dot(64, 256, 4, 4), 8: _dot(64, 128, 4, 6),
                    16: _dot(64, 128, 4, 6)},                                       # Llama-3-8B qkv
@@ -72,8 +72,8 @@ _HOPPER: dict[tuple[int, int], dict[int, dict[str, Any]]] = {
     (28672, 4096): {1: _ew(16, 256, 4, 4)},                                        # Llama-3-8B gate/up
     (4096, 14336): {1: _ew(16, 1024, 8, 3), **{b: _dot(32, 256, 4, 4) for b in (2, 4, 8, 16)}},  # down
     (128256, 4096): {1: _ew(16, 256, 4, 4), **{b: _dot(32, 128, 4, 6) for b in (2, 4, 8, 16)}},  # lm_head
-    (12288, 4096): {1: _ew(8, 1024, 8, 3), **{b: _dot(32, 128, 4, 6) for b in (2, 4, 8, 16)}},  # Llama-2-7B qkv
-    (22016, 4096): {1: _ew(4, 1024, 8, 3)},                                        # Llama-2-7B gate/up
+    (12288, 4096): {1: _ew(16, 256, 4, 4), **{b: _dot(32, 128, 4, 6) for b in (2, 4, 8, 16)}},  # Llama-2-7B qkv
+    (22016, 4096): {1: _ew(8, 512, 4, 4)},                                         # Llama-2-7B gate/up
     (4096, 11008): {1: _ew(4, 512, 8, 3), **{b: _dot(32, 256, 4, 4) for b in (2, 4, 8, 16)}},  # Llama-2-7B down
     (32000, 4096): {1: _ew(8, 1024, 8, 3), **{b: _dot(64, 128, 4, 6) for b in (2, 4, 8, 16)}},  # lm_head
 }
