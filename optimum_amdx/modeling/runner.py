@@ -172,7 +172,10 @@ class _PrefillGraph:
         self.i32.zero_()
 
     def load(self, p: _Packed) -> None:
-        """Upload a packed step (at most `tokens` tokens and `seqs` sequences) into the static inputs."""
+        """Upload a packed step (at most `tokens` tokens and `seqs` sequences) into the static inputs.
+
+        Every token row is written (a stale slot would let a padding token write K/V); the block-table rows
+        of unused sequence slots are not (their attention programs return before reading them)."""
         n, s = len(p.ids), len(p.seq_lens)
         pad_t, pad_s = self.tokens - n, self.seqs - s
         rows = [0] * (self.seqs - len(p.logits_rows))
@@ -180,10 +183,9 @@ class _PrefillGraph:
                            dtype=torch.int64)
         width = self.max_blocks
         tables = [b for row in p.tables for b in row + [0] * (width - len(row))]
-        i32 = torch.tensor(p.seq_lens + [0] * pad_s + p.qsl + [n] * pad_s + tables + [0] * (pad_s * width),
-                           dtype=torch.int32)
+        i32 = torch.tensor(p.seq_lens + [0] * pad_s + p.qsl + [n] * pad_s + tables, dtype=torch.int32)
         self.i64.copy_(i64, non_blocking=True)
-        self.i32.copy_(i32, non_blocking=True)
+        self.i32[:i32.numel()].copy_(i32, non_blocking=True)
 
 
 class ModelRunner:

@@ -19,10 +19,16 @@ from .conftest import random_prompts
 
 
 def padded_on_host(runner: ModelRunner, batch: ScheduledBatch) -> torch.Tensor:
-    """The step run eagerly in the padded layout of the bucket a captured graph would use."""
+    """The step run eagerly in the padded layout of the bucket a captured graph would use; one set of static
+    inputs per bucket, reused by later steps as a graph's are (what an earlier step left there is stale)."""
     p = runner._pack(batch)
     bucket = next(b for b in prefill_buckets(1024) if b >= len(p.ids))
-    g = _PrefillGraph(bucket, runner.max_num_seqs, runner.max_blocks, runner.decoder.max_model_len, runner.device)
+    held = runner.__dict__.setdefault("_test_static_inputs", {})
+    if bucket not in held:
+        held[bucket] = _PrefillGraph(bucket, runner.max_num_seqs, runner.max_blocks, runner.decoder.max_model_len,
+                                     runner.device)
+        held[bucket].load_dummy()
+    g = held[bucket]
     g.load(p)
     _patch(g.inputs.input_ids, p.dst, p.src, batch.feed)
     return runner.decoder.forward(g.inputs, runner.cache)[:len(p.sampled)]
