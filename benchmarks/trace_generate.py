@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from optimum_amdx.benchmark import harness
 from optimum_amdx.benchmark.backends import LoadSizes, get_backend, resolve_source
 from optimum_amdx.benchmark.timing import Clock, make_token_timer, split_timings
 
@@ -57,8 +58,8 @@ class GcPauses:
 
 
 def _prompt(vocab: int, batch: int, length: int, seed: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(min(100, vocab // 4), vocab, (batch, length), generator=gen).to("cuda")
+    """A seeded random prompt drawn as the harness draws its own."""
+    return harness._prompt(torch, torch.Generator().manual_seed(seed), vocab, batch, length, "cuda")[0]
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

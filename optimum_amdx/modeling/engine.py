@@ -89,10 +89,9 @@ class LLMEngine:
                 raise InvalidArgumentError(
                     "num_blocks is required on CPU (the pool is sized from free memory only on a GPU)."
                 )
-            activations = max_num_batched_tokens * decoder.config.intermediate_size * 6 * 2
-            if use_cuda_graph:  # the prefill graphs' pool holds the activations of their largest bucket
-                graph_tokens = max(prefill_buckets(max_num_batched_tokens), default=0)
-                activations += graph_tokens * decoder.config.intermediate_size * 6 * 2
+            # eager steps, plus the prefill graphs' pool (it holds the activations of their largest bucket)
+            graph_tokens = max(prefill_buckets(max_num_batched_tokens), default=0) if use_cuda_graph else 0
+            activations = (max_num_batched_tokens + graph_tokens) * decoder.config.intermediate_size * 6 * 2
             num_blocks = blocks_for_memory(layout, decoder.device, memory_fraction, reserve_bytes=activations)
         self.cache = PagedKVCache(layout, num_blocks, decoder.device)
         self.scheduler = Scheduler(self.cache.allocator, block_size, max_num_seqs, max_num_batched_tokens,

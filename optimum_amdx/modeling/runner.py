@@ -49,9 +49,9 @@ def batch_buckets(max_num_seqs: int) -> list[int]:
 PREFILL_TOKEN_BUCKETS = (32, 64, 128, 256, 384, 512, 768, 1024)
 """Token counts of the captured prefill/mixed-step graphs. A step is padded to the next one (at most
 1.5x above 256 tokens); past the last, a forward's kernels outlast their launches, so eager costs
-nothing more (Llama-3-8B on an H100: about 24 us of kernels per prompt token against 25 ms of launches
-per forward). 32 and up keep a padded step clear of split decode attention (it splits at most 16-row
-query blocks)."""
+little more (Llama-3-8B on an H100: about 24 us of kernels per prompt token, and back-to-back eager
+512-token forwards took 24 ms each). 32 and up keep a padded step clear of split decode attention
+(only steps of at most 16 query tokens split)."""
 
 
 def prefill_buckets(max_num_batched_tokens: int) -> list[int]:
@@ -63,6 +63,11 @@ def prefill_buckets(max_num_batched_tokens: int) -> list[int]:
     if max_num_batched_tokens <= PREFILL_TOKEN_BUCKETS[-1]:
         buckets.append(max_num_batched_tokens)
     return buckets
+
+
+def _flat_tables(rows: list[list[int]], width: int) -> list[int]:
+    """Block-table rows padded with block 0 to `width` and laid end to end (the upload layout)."""
+    return [b for row in rows for b in row + [0] * (width - len(row))]
 
 
 def _token_slice(seq: Sequence, start: int, n: int) -> list[int]:
@@ -139,7 +144,6 @@ class _Packed:
     dst: list[int]
     src: list[int]
     sampled: list[Sequence]
-    max_query_len: int
 
 
 class _PrefillGraph:
@@ -181,8 +185,7 @@ class _PrefillGraph:
         rows = [0] * (self.seqs - len(p.logits_rows))
         i64 = torch.tensor(p.ids + [0] * pad_t + p.pos + [0] * pad_t + p.slots + [-1] * pad_t + p.logits_rows + rows,
                            dtype=torch.int64)
-        width = self.max_blocks
-        tables = [b for row in p.tables for b in row + [0] * (width - len(row))]
+        tables = _flat_tables(p.tables, self.max_blocks)
         i32 = torch.tensor(p.seq_lens + [0] * pad_s + p.qsl + [n] * pad_s + tables, dtype=torch.int32)
         self.i64.copy_(i64, non_blocking=True)
         self.i32[:i32.numel()].copy_(i32, non_blocking=True)
@@ -214,7 +217,6 @@ class ModelRunner:
             self._capture_all()
         if self.use_graphs and max_num_batched_tokens is not None:
             self._capture_prefill(prefill_buckets(max_num_batched_tokens))
-        self._prefill_sizes = sorted(self.prefill_graphs)
 
     def _capture(self, inputs: BatchInputs) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         """Warm `inputs`' step up on a side stream (compiles kernels, makes lazy workspaces), then
@@ -272,7 +274,7 @@ class ModelRunner:
     def _pack(self, batch: ScheduledBatch) -> _Packed:
         """The step's inputs as host lists, and the sequences whose next token is sampled, in row order."""
         feed: Feed | None = batch.feed
-        p = _Packed([], [], [], [], [0], [], [], [], [], [], max(batch.num_new))
+        p = _Packed([], [], [], [], [0], [], [], [], [], [])
         for seq, n in zip(batch.seqs, batch.num_new):
             start = seq.num_computed
             chunk = _token_slice(seq, start, n)
@@ -295,7 +297,7 @@ class ModelRunner:
         """Packed inputs for an eager step and the sequences whose next token is sampled, in row order."""
         p = self._pack(batch)
         width = max(len(row) for row in p.tables)
-        tables = [b for row in p.tables for b in row + [0] * (width - len(row))]
+        tables = _flat_tables(p.tables, width)
         dev = self.device
         i64 = to_device(p.ids + p.pos + p.slots + p.logits_rows, torch.int64, dev)
         i32 = to_device(p.seq_lens + p.qsl + tables, torch.int32, dev)
@@ -304,14 +306,14 @@ class ModelRunner:
             input_ids=i64[:t], positions=i64[t:2 * t], slot_mapping=i64[2 * t:3 * t],
             logits_indices=i64[3 * t:], seq_lens=i32[:s], query_start_loc=i32[s:2 * s + 1],
             block_tables=i32[2 * s + 1:].view(s, width),
-            max_query_len=p.max_query_len, max_seq_len=max(p.seq_lens),
+            max_query_len=max(batch.num_new), max_seq_len=max(p.seq_lens),
         )
         _patch(inputs.input_ids, p.dst, p.src, batch.feed)
         return inputs, p.sampled
 
     def _replay_prefill(self, batch: ScheduledBatch, tokens: int) -> tuple[torch.Tensor, list[Sequence]]:
         p = self._pack(batch)
-        g = self.prefill_graphs[next(b for b in self._prefill_sizes if b >= tokens)]
+        g = self.prefill_graphs[min(b for b in self.prefill_graphs if b >= tokens)]
         g.load(p)
         _patch(g.inputs.input_ids, p.dst, p.src, batch.feed)
         g.graph.replay()
@@ -355,7 +357,7 @@ class ModelRunner:
         if self.use_graphs and batch.is_pure_decode and len(batch) <= self.buckets[-1]:
             return self._replay(batch), list(batch.seqs)
         tokens = sum(batch.num_new)
-        if self._prefill_sizes and tokens <= self._prefill_sizes[-1] and len(batch) <= self.max_num_seqs:
+        if any(b >= tokens for b in self.prefill_graphs):
             return self._replay_prefill(batch, tokens)
         inputs, sampled = self.build(batch)
         return self.decoder.forward(inputs, self.cache), sampled
