@@ -390,37 +390,42 @@ fused GEMM's SMALL configs (`_w4a16_gemm_triton.GEMM_CONFIGS`): few column block
 WIDE_N = 8192
 """Output widths from this on keep the fused GEMM to more rows: the GEMM's parallelism is its column
 blocks, so a narrow weight (N = 4096) runs out of it, and loses to dequant + BLAS, earlier."""
-ROUTE_LIMITS: dict[str, tuple[int, int, int]] = {
-    "hopper": (1, 128, 64),
-    "cdna": (1, 128, 64),
-    "rdna3": (1, 128, 64),
-    "default": (1, 128, 64),
-    "cpu": (16, 1 << 62, 1 << 62),
+ROUTE_LIMITS: dict[str, tuple[int, int, int, int]] = {
+    "hopper": (1, 3, 128, 64),
+    "cdna": (1, 1, 128, 64),
+    "rdna3": (1, 1, 128, 64),
+    "default": (1, 3, 128, 64),
+    "cpu": (16, 1, 1 << 62, 1 << 62),
 }
-"""The dispatcher's thresholds, all of them, per arch family: ``(stream_max, gemm_max_wide,
+"""The dispatcher's thresholds, all of them, per arch family: ``(stream_max, rows_max, gemm_max_wide,
 gemm_max_narrow)``. Up to ``stream_max`` rows the persistent stream-K kernel runs (the one-row FMA
-loop); up to ``gemm_max_wide`` rows for an output at least `WIDE_N` wide (``gemm_max_narrow``
-otherwise) the fused GEMM (`_w4a16_gemm_triton`: dequantized in registers, fed to ``tl.dot``,
-split-K when its tiles do not fill the GPU); above, dequantize once into a dense weight and call the
-BLAS matmul, which amortizes the dense write over many rows. From the H100 crossover run
-(benchmarks/RESULTS.md, section w4gemm; fused GEMM / stream / dequant+BLAS, us): 2 rows 34/44/109
-on 4096x14336 and 16/18/29 on 4096x4096 (so the stream kernel keeps one row only); 128 rows
-62/-/107 on 4096x14336 but 136/-/113 on 14336x4096; 64 rows 63/-/110 on 14336x4096 and 28/-/27 on
-4096x4096; 192 rows 113/-/110 on 4096x14336. The AMD families use the same values until measured
-there. The interpreter ("cpu") never takes the dequant route on its own (that would test the BLAS,
-not our kernels)."""
+loop); up to ``rows_max`` rows the few-row kernel (`_w4a16_rows_ptx`: NVIDIA, fp16, at most four
+groups per 128 rows; each weight dequantized once and reused by every row) where it applies; up to
+``gemm_max_wide`` rows for an output at least `WIDE_N` wide (``gemm_max_narrow`` otherwise) the fused
+GEMM (`_w4a16_gemm_triton`: dequantized in registers, fed to ``tl.dot``, split-K when its tiles do not
+fill the GPU); above, dequantize once into a dense weight and call the BLAS matmul, which amortizes
+the dense write over many rows. From the H100 crossover run (benchmarks/RESULTS.md, section w4gemm;
+fused GEMM / stream / dequant+BLAS, us): 2 rows 34/44/109 on 4096x14336 and 16/18/29 on 4096x4096
+(so the stream kernel keeps one row only); 128 rows 62/-/107 on 4096x14336 but 136/-/113 on
+14336x4096; 64 rows 63/-/110 on 14336x4096 and 28/-/27 on 4096x4096; 192 rows 113/-/110 on
+4096x14336. The few-row limit: section w4rows. The AMD families use the same values until measured
+there (and have no few-row kernel: it is inline PTX). The interpreter ("cpu") never takes the
+dequant route on its own (that would test the BLAS, not our kernels)."""
 STREAM_MAX_M: dict[str, int] = {fam: lim[0] for fam, lim in ROUTE_LIMITS.items()}
 """Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`)."""
 _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 
 
-def choose_route(m: int, family: str, n: Optional[int] = None) -> str:
-    """"stream" (persistent GEMV-like kernel), "gemm" (fused tiled GEMM) or "dequant" (dense weight +
-    BLAS) for `m` rows and an output `n` wide on an arch family (the one place the thresholds are
-    read; an unknown width counts as wide)."""
-    stream_max, gemm_wide, gemm_narrow = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
+def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = False) -> str:
+    """"stream" (persistent GEMV-like kernel), "rows" (few-row kernel, only where `few_rows` says it
+    applies), "gemm" (fused tiled GEMM) or "dequant" (dense weight + BLAS) for `m` rows and an output
+    `n` wide on an arch family (the one place the thresholds are read; an unknown width counts as wide)."""
+    stream_max, rows_max, gemm_wide, gemm_narrow = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family),
+                                                                    ROUTE_LIMITS["default"])
     if m <= stream_max:
         return "stream"
+    if few_rows and m <= rows_max:
+        return "rows"
     narrow = n is not None and n < WIDE_N
     return "gemm" if m <= (gemm_narrow if narrow else gemm_wide) else "dequant"
 
@@ -446,7 +451,10 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
         x2 = x2.contiguous()
     m = x2.shape[0]
     arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
-    route = route or choose_route(m, arch_family(arch), n)
+    if route is None:
+        from . import _w4a16_rows_ptx as kr
+
+        route = choose_route(m, arch_family(arch), n, few_rows=kr.rows_eligible(arch, x2.dtype, w))
     if route == "dequant":
         out = kt.dequant_matmul(x2, w, bias, arch)
     elif route == "gemm":
@@ -458,6 +466,11 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
         for m0 in range(0, m, kt.WS_ROWS):  # more rows than the workspace holds: only when forced
             rows = slice(m0, min(m, m0 + kt.WS_ROWS))
             kt.stream_matmul(x2[rows], w, bias, out[rows], arch, config)
+    elif route == "rows":
+        from . import _w4a16_rows_ptx as kr
+
+        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        kr.rows_matmul(x2, w, bias, out, arch, config)
     else:
-        raise InvalidArgumentError(f"route={route!r} is unknown; expected 'stream', 'gemm' or 'dequant'.")
+        raise InvalidArgumentError(f"route={route!r} is unknown; expected 'stream', 'rows', 'gemm' or 'dequant'.")
     return out.reshape(*x.shape[:-1], n)

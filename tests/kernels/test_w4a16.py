@@ -306,10 +306,16 @@ def test_dispatch_and_grid_choices():
 
     assert kg.SMALL_WEIGHT == SMALL_WEIGHT
     for fam in ("hopper", "cdna3", "rdna3", "default", "nvidia"):
-        stream_max, gemm_max, gemm_narrow = ROUTE_LIMITS.get({"cdna3": "cdna"}.get(fam, fam), ROUTE_LIMITS["default"])
-        assert stream_max < gemm_narrow <= gemm_max
+        stream_max, rows_max, gemm_max, gemm_narrow = ROUTE_LIMITS.get({"cdna3": "cdna"}.get(fam, fam),
+                                                                       ROUTE_LIMITS["default"])
+        assert stream_max < gemm_narrow <= gemm_max and rows_max < gemm_narrow
         assert choose_route(1, fam) == "stream" and choose_route(stream_max, fam) == "stream"
         assert choose_route(stream_max + 1, fam) == "gemm" and choose_route(gemm_max, fam) == "gemm"
+        # the few-row kernel only where it applies, and only up to its limit
+        assert choose_route(rows_max + 1, fam, few_rows=True) == "gemm"
+        if rows_max > stream_max:
+            assert choose_route(stream_max + 1, fam, few_rows=True) == "rows"
+            assert choose_route(rows_max, fam, few_rows=True) == "rows"
         assert choose_route(gemm_max + 1, fam) == "dequant"
         assert choose_route(gemm_narrow, fam, WIDE_N - 1) == "gemm"
         assert choose_route(gemm_narrow + 1, fam, 4096) == "dequant"
