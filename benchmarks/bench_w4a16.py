@@ -103,6 +103,10 @@ def _gemm_sweep_configs(m: int) -> list[dict[str, Any]]:
         cfgs.append({"BLOCK_M": bm, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "waves": 2})
         cfgs += [{"BLOCK_M": bm, "BLOCK_N": 128, "num_warps": 8, "num_stages": 1, "NATURAL": True, "PREFETCH": 2,
                   "waves": wv} for wv in (1, 4, 8)]
+        # occupancy: more split-K programs per SM, and a register cap so more of them are resident
+        cfgs += [dict({"BLOCK_M": bm, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1, "NATURAL": True, "PREFETCH": 2,
+                       "waves": wv}, **({"maxnreg": r} if r else {}))
+                 for wv in (2, 4, 6) for r in (0, 128, 96) if (wv, r) != (2, 0)]
         return cfgs
     return [{"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": nw, "num_stages": 1, "NATURAL": True, "PREFETCH": pf,
              "waves": 1} for bm in (64, 128) for bn, nw in ((128, 8), (64, 4)) for pf in (0, 2)]
