@@ -170,32 +170,6 @@ def rows_sweep(copy_bw: float, ms: list[int], peers: bool) -> list[dict[str, Any
     return rows
 
 
-CHUNK_SHAPES = [(4096, 28672), (14336, 4096), (4096, 6144), (4096, 4096)]
-"""Llama-3-8B's fused gate/up, down, fused q/k/v and o projections."""
-
-
-def dequant_chunk_sweep(ms: list[int], chunks_mb: list[int]) -> list[dict[str, Any]]:
-    """The dequant + BLAS route with the dense weight made in column chunks of a given size (0: the
-    whole weight), beside torch fp16 on the dense weight (g128 sym)."""
-    from optimum_amdx.kernels import _w4a16_triton as kt
-
-    rows = []
-    for k, n in CHUNK_SHAPES:
-        w0, _ = random_gptq(k, n, 128, False, seed=11 * k + n)
-        ws = [w0] + [_clone(w0) for _ in range(l2_cold_copies(w0.qweight.numel() * 4) - 1)]
-        for m in ms:
-            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-            r: dict[str, Any] = {"K": k, "N": n, "M": m, "fp16_ms": fp16_ms(k, n, m), "chunks": {}}
-            for mb in chunks_mb:
-                r["chunks"][mb] = graph_ms([lambda w=w: kt.dequant_matmul(x, w, None, device_arch(), chunk_bytes=mb << 20)
-                                            for w in ws])
-            rows.append(r)
-            cells = "  ".join(f"{mb}MB {t * 1e3:6.1f}" for mb, t in r["chunks"].items())
-            print(f"  chunk {k:>5}x{n:<5} M={m:<5} fp16 {r['fp16_ms'] * 1e3:6.1f} | {cells} us", flush=True)
-        del ws, w0
-    return rows
-
-
 def fp16_ms(k: int, n: int, m: int) -> float:
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     ws = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(l2_cold_copies(k * n * 2))]
@@ -334,10 +308,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--sweep-m", default="1,16,32,64,128", help="row counts the sweep covers")
     parser.add_argument("--batch-ms", help="row counts of the batch table (comma separated)")
     parser.add_argument("--gemm-sweep-only", action="store_true", help="only the fused GEMM config sweep")
-    parser.add_argument("--dequant-chunk-only", action="store_true",
-                        help="only the dequant + BLAS route by dense chunk size (0 = whole weight)")
-    parser.add_argument("--chunk-m", default="256,512,2048", help="row counts of the chunk sweep")
-    parser.add_argument("--chunk-mb", default="0,32,16,8,4", help="dense chunk sizes in MiB (0: whole weight)")
     parser.add_argument("--rows-sweep-only", action="store_true", help="only the few-row kernel sweep (2..8 rows)")
     parser.add_argument("--rows-sweep-m", default="1,2,3,4,6,8", help="row counts the few-row sweep covers")
     parser.add_argument("--gemm-sweep-m", default="16,32,64,128,256,1024", help="row counts the GEMM sweep covers")
@@ -353,13 +323,6 @@ def main(argv: Optional[list[str]] = None) -> int:
           f"{mm_rate / 1e12:.0f} TFLOP/s", flush=True)
     if args.gemm_sweep_only:
         result["gemm_sweep"] = gemm_sweep(copy_bw, [int(v) for v in args.gemm_sweep_m.split(",")])
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1, default=str)
-        return 0
-    if args.dequant_chunk_only:
-        result["dequant_chunks"] = dequant_chunk_sweep([int(v) for v in args.chunk_m.split(",")],
-                                                       [int(v) for v in args.chunk_mb.split(",")])
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1, default=str)

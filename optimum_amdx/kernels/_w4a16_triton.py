@@ -952,63 +952,27 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
             _RESIDENT[key] = resident
 
 
-def dequantize_dense(w: "W4A16Weight", dtype: torch.dtype, arch: Optional[str] = None,
-                     blocks: Optional[tuple[int, int]] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def dequantize_dense(w: "W4A16Weight", dtype: torch.dtype, arch: Optional[str] = None) -> torch.Tensor:
     """The dense linear-layer weight ``[N, K]`` (``W`` transposed) in `dtype`, rows of K in the
-    SORTED order of the repacked weight (act-order: column ``k`` is original input ``w.perm[k]``).
-
-    `blocks` = (first, end) column blocks of `TILE_N` columns: only those output rows, ``[(end -
-    first) * TILE_N, K]``, into `out` when given (needs N a multiple of `TILE_N`: the kernel reads N as
-    both the scales' row stride and the column bound)."""
+    SORTED order of the repacked weight (act-order: column ``k`` is original input ``w.perm[k]``)."""
     k, n = w.in_features, w.out_features
     arch = arch or ("cpu" if interpret_mode() else device_arch(w.qweight.device.index or 0))
-    b0, b1 = blocks if blocks is not None else (0, w.n_blocks)
-    if blocks is not None and n % TILE_N:
-        raise ValueError("dequantizing a column range needs N a multiple of TILE_N")
-    rows = n if blocks is None else (b1 - b0) * TILE_N
-    dense = out if out is not None else torch.empty(rows, k, dtype=dtype, device=w.qweight.device)
+    dense = torch.empty(n, k, dtype=dtype, device=w.qweight.device)
     gs = _group_arg(w)
-    c0 = b0 * TILE_N
-    _w4a16_dequant_kernel[((b1 - b0) * w.k_tiles,)](
-        w.qweight[b0 * w.k_tiles * TILE_N:], w.scales[:, c0:], (w.zeros if w.zeros is not None else w.scales)[:, c0:],
-        dense, n, k, w.k_tiles, E7_BITS,
+    _w4a16_dequant_kernel[(w.k_tiles * w.n_blocks,)](
+        w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, dense, n, k, w.k_tiles, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_N=TILE_N, HAS_ZEROS=w.zeros is not None,
         EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0, num_warps=DEQUANT_CONFIG["num_warps"] if arch != "cpu" else 1,
     )
     return dense
 
 
-DEQUANT_CHUNK_BYTES: dict[str, int] = {"hopper": 0, "default": 0}
-"""Dense bytes per chunk of the dequant + BLAS route, per arch family (0: the whole weight at once).
-Chunked, each column slice is dequantized and multiplied at once, so its dense copy can be read back
-from L2 instead of DRAM; section w4rows of benchmarks/RESULTS.md has the measurement."""
-
-
-def dequant_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str,
-                   chunk_bytes: Optional[int] = None) -> torch.Tensor:
-    """Dequantize into a dense weight, then the BLAS matmul (many rows: prefill); in column chunks of
-    about `chunk_bytes` dense bytes when set (default: `DEQUANT_CHUNK_BYTES` of the arch family)."""
+def dequant_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str) -> torch.Tensor:
+    """Dequantize once into a dense weight, then the BLAS matmul (many rows: prefill)."""
+    dense = dequantize_dense(w, x2.dtype, arch)
     if w.perm is not None:
         x2 = x2.index_select(1, w.perm)
-    if chunk_bytes is None:
-        chunk_bytes = DEQUANT_CHUNK_BYTES.get(_family(arch), 0) if arch != "cpu" else 0
-    k, n = w.in_features, w.out_features
-    bias_t = bias.to(x2.dtype) if bias is not None else None
-    per_block = TILE_N * k * x2.element_size()
-    step = max(1, chunk_bytes // per_block) if chunk_bytes else w.n_blocks
-    if step >= w.n_blocks or n % TILE_N:
-        return torch.nn.functional.linear(x2, dequantize_dense(w, x2.dtype, arch), bias_t)
-    out = torch.empty(x2.shape[0], n, dtype=x2.dtype, device=x2.device)
-    dense = torch.empty(step * TILE_N, k, dtype=x2.dtype, device=x2.device)
-    for b0 in range(0, w.n_blocks, step):
-        b1 = min(w.n_blocks, b0 + step)
-        part = dequantize_dense(w, x2.dtype, arch, (b0, b1), dense[: (b1 - b0) * TILE_N])
-        cols = slice(b0 * TILE_N, b1 * TILE_N)
-        if bias_t is None:
-            torch.mm(x2, part.t(), out=out[:, cols])
-        else:
-            torch.addmm(bias_t[cols], x2, part.t(), out=out[:, cols])
-    return out
+    return torch.nn.functional.linear(x2, dense, bias.to(x2.dtype) if bias is not None else None)
 
 
 # ---------------------------------------------------------------- AMD compile specs

@@ -207,26 +207,6 @@ def test_every_route_matches_reference(route, act_order, group):
         torch.testing.assert_close(dequantize_dense(w, torch.float32), sorted_w.t().to(DEVICE), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("act_order", [False, True])
-def test_dequant_route_in_column_chunks_matches_the_whole_weight(act_order):
-    from optimum_amdx.kernels import _w4a16_triton as kt
-    from optimum_amdx.kernels.runtime import device_arch
-
-    qweight, qzeros, scales, g_idx, _ = quantize(256, 384, 4, 64, False, act_order, "gptq", seed=5)
-    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=64)
-    x = torch.randn(20, 256, generator=torch.Generator().manual_seed(8)).half().to(DEVICE)
-    bias = torch.randn(384, generator=torch.Generator().manual_seed(9)).half().to(DEVICE)
-    arch = "cpu" if DEVICE == "cpu" else device_arch()
-    dense = kt.dequantize_dense(w, torch.float16, arch)
-    assert torch.equal(kt.dequantize_dense(w, torch.float16, arch, (1, 3)), dense[128:])
-    per_block = 128 * 256 * 2  # dense bytes of one 128-column block
-    for b in (bias, None):
-        whole = kt.dequant_matmul(x, w, b, arch, chunk_bytes=0)
-        for chunk in (per_block, 2 * per_block):  # three blocks: 1 + 1 + 1, then 2 + 1
-            parts = kt.dequant_matmul(x, w, b, arch, chunk_bytes=chunk)
-            torch.testing.assert_close(parts.float(), whole.float(), rtol=0, atol=1e-3 * whole.abs().max().item())
-
-
 GEMV_CASES = [
     # (M, K, N, group, sym, act_order, fmt, dtype): every M of the GEMV route, groups 32/64/128/-1,
     # K and N not multiples of the tiles, sym/asym, act-order, fp16/bf16
