@@ -14,6 +14,7 @@ import torch
 from optimum_amdx.kernels.w4a16 import prepare_gptq_weight, w4a16_matmul
 
 from .test_w4a16 import DEVICE, quantize
+from .test_w4a16_stream import PACKED_CASES
 
 
 def _weight(group: int, act_order: bool = False, sym: bool = True):
@@ -83,15 +84,8 @@ def test_rows_kernel_assembles_for_sm90():
     assert counts[8] == counts[2] or counts[8] < 2 * counts[2], counts
 
 
-ROWS_CASES = [
-    # (K, N, group, sym, act_order, fmt)
-    (384, 256, 128, True, False, "gptq"),
-    (384, 136, 128, False, True, "gptq"),
-    (512, 128, 64, False, False, "gptq_v2"),
-    (328, 72, 32, False, True, "gptq"),
-    (256, 256, 32, True, False, "gptq"),
-    (264, 50, -1, False, False, "gptq"),
-]
+ROWS_CASES = [case for case in PACKED_CASES if case[2] != 16]
+"""The one-row packed loop's cases less group 16 (eight groups per tile: the few-row kernel refuses it)."""
 
 
 @pytest.mark.gpu
