@@ -140,7 +140,7 @@ def _rows_configs() -> list[dict[str, Any]]:
 
 
 def rows_sweep(copy_bw: float, ms: list[int], peers: bool) -> list[dict[str, Any]]:
-    """The few-row kernel (`_w4a16_rows_ptx`) at 2..8 rows, its launch configs beside the fused GEMM,
+    """The few-row kernel (`_w4a16_rows_ptx`) at 1..4 rows, its launch configs beside the fused GEMM,
     our one-row time, torch fp16 and torch's int4mm (g128 sym; one act-order g32 asym weight too)."""
     rows = []
     cases = [(k, n, 128, False) for k, n in ROWS_SWEEP_SHAPES] + [(4096, 14336, 32, True)]
@@ -308,8 +308,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--sweep-m", default="1,16,32,64,128", help="row counts the sweep covers")
     parser.add_argument("--batch-ms", help="row counts of the batch table (comma separated)")
     parser.add_argument("--gemm-sweep-only", action="store_true", help="only the fused GEMM config sweep")
-    parser.add_argument("--rows-sweep-only", action="store_true", help="only the few-row kernel sweep (2..8 rows)")
-    parser.add_argument("--rows-sweep-m", default="1,2,3,4,6,8", help="row counts the few-row sweep covers")
+    parser.add_argument("--rows-sweep-only", action="store_true", help="only the few-row kernel sweep (1..4 rows)")
+    parser.add_argument("--rows-sweep-m", default="1,2,3,4", help="row counts the few-row sweep covers")
     parser.add_argument("--gemm-sweep-m", default="16,32,64,128,256,1024", help="row counts the GEMM sweep covers")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

@@ -14,7 +14,7 @@ Where it wins (H100, section w4rows): 2 rows 1.6x and 3 rows 1.2x faster than th
 large Llama weights; from 4 rows on it loses, because each row adds an accumulator tile and its
 activation pairs to every thread's registers, fewer warps fit per SM, and the loop is latency-bound
 (Nsight Compute: 3.9 active warps per scheduler at 4 rows). The dispatcher's limit is
-`w4a16.ROUTE_LIMITS`; the kernel takes 1..8 rows when forced (benchmarks, tests).
+`w4a16.ROUTE_LIMITS`; the kernel takes 1..`ROWS_MAX` rows when forced (benchmarks, tests).
 
 NVIDIA only (inline PTX); AMD, bf16, 16-row groups and the interpreter take the fused GEMM. The
 module holds no AMD compile spec (hence not a `_*_triton` module) and moves no line of
@@ -47,13 +47,14 @@ from ._w4a16_triton import (
     launch_options,
     stream_grid,
 )
-from .runtime import arch_family
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
 
-ROWS_MAX = 8
-"""The most rows one program carries (one float32 accumulator tile per row)."""
+ROWS_MAX = 4
+"""The most rows one program carries (one float32 accumulator tile per row). 8 rows were measured
+and lost to the fused GEMM on every shape, 1.3-2.1x slower with the default config (section
+w4rows); 4 stay for layouts where they win (act-order g32: 43.6 vs 70.2 us on 4096x14336)."""
 
 _DEQ_ASM = tl.constexpr("""{
 .reg .b32 w8, c16, p0, p1, p2, p3;
@@ -172,7 +173,7 @@ def _w4a16_rows_kernel(
     HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, XPREP: tl.constexpr,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
-    tl.static_assert(ROWS <= 8, "at most 8 rows per program")
+    tl.static_assert(ROWS <= 4, "at most 4 rows per program")
     TILE_WORDS: tl.constexpr = BLOCK_N * 16
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -185,10 +186,6 @@ def _w4a16_rows_kernel(
     acc1 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
     acc3 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-    acc4 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-    acc5 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-    acc6 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-    acc7 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
     cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
     for u in range(u0, u1):
         # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
@@ -197,6 +194,8 @@ def _w4a16_rows_kernel(
         kt = u - nb * KT
         k0 = kt * 128
         offs_n = nb * BLOCK_N + offs_loc
+        # the tile's scales and bias pairs, loaded here as [BLOCK_N, 1] columns; the stream module's
+        # `_tile_consts` (1-D, expanded) measured 1.65x slower for act-order g32 at 2 rows (H100, w4rows)
         if CHUNKS == 1:
             s0, z0 = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
             zl0, zh0 = _bias_pairs(z0, z0)
@@ -227,18 +226,6 @@ def _w4a16_rows_kernel(
         if ROWS > 3:
             acc3 = _row_step(acc3, 3, p0, p1, p2, p3, x_ptr, xp_ptr, stride_xm, KT, k0, kt, offs_r, s0, s1, s2, s3,
                              CHUNKS, XPREP)
-        if ROWS > 4:
-            acc4 = _row_step(acc4, 4, p0, p1, p2, p3, x_ptr, xp_ptr, stride_xm, KT, k0, kt, offs_r, s0, s1, s2, s3,
-                             CHUNKS, XPREP)
-        if ROWS > 5:
-            acc5 = _row_step(acc5, 5, p0, p1, p2, p3, x_ptr, xp_ptr, stride_xm, KT, k0, kt, offs_r, s0, s1, s2, s3,
-                             CHUNKS, XPREP)
-        if ROWS > 6:
-            acc6 = _row_step(acc6, 6, p0, p1, p2, p3, x_ptr, xp_ptr, stride_xm, KT, k0, kt, offs_r, s0, s1, s2, s3,
-                             CHUNKS, XPREP)
-        if ROWS > 7:
-            acc7 = _row_step(acc7, 7, p0, p1, p2, p3, x_ptr, xp_ptr, stride_xm, KT, k0, kt, offs_r, s0, s1, s2, s3,
-                             CHUNKS, XPREP)
         cur = nxt
         if (kt == KT - 1) | (u == u1 - 1):
             # each row flushes on its own ticket (row r's counters sit at cnt_ptr + r * NB)
@@ -253,34 +240,15 @@ def _w4a16_rows_kernel(
             if ROWS > 3:
                 _flush_row(acc3, nb, kt, u, u0, n_prog, n_units, KT, NB, N, 3, offs_loc, out_ptr, ws_ptr, cnt_ptr,
                            bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
-            if ROWS > 4:
-                _flush_row(acc4, nb, kt, u, u0, n_prog, n_units, KT, NB, N, 4, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-                           bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
-            if ROWS > 5:
-                _flush_row(acc5, nb, kt, u, u0, n_prog, n_units, KT, NB, N, 5, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-                           bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
-            if ROWS > 6:
-                _flush_row(acc6, nb, kt, u, u0, n_prog, n_units, KT, NB, N, 6, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-                           bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
-            if ROWS > 7:
-                _flush_row(acc7, nb, kt, u, u0, n_prog, n_units, KT, NB, N, 7, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-                           bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
             acc0 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
             acc1 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
             acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
             acc3 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-            acc4 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-            acc5 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-            acc6 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-            acc7 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
 
 
-ROWS_CONFIGS: dict[str, dict[str, Any]] = {
-    "hopper": {"num_warps": 4, "programs_per_cu": 8},
-    "default": {"num_warps": 4, "programs_per_cu": 8},
-}
-"""Launch config per NVIDIA arch family (the persistent grid, capped by the compiled kernel's
-occupancy as in the stream kernel)."""
+ROWS_CONFIG: dict[str, Any] = {"num_warps": 4, "programs_per_cu": 8}
+"""Launch config (the persistent grid, capped by the compiled kernel's occupancy as in the stream
+kernel). H100 sweep: 4 warps beat 8 at 3 rows (29.0 vs 37.7 us on 4096x14336) and tie at 2 and 4."""
 
 
 def rows_eligible(arch: str, dtype: torch.dtype, w: "W4A16Weight") -> bool:
@@ -300,8 +268,7 @@ def rows_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
     if not rows_eligible(arch, x2.dtype, w):
         raise ValueError("the few-row kernel needs an NVIDIA GPU, fp16 activations and at most 4 groups per 128 rows")
     k, n = w.in_features, w.out_features
-    fam = arch_family(arch)
-    cfg = dict(config or ROWS_CONFIGS.get(fam, ROWS_CONFIGS["default"]))
+    cfg = dict(config or ROWS_CONFIG)
     kt, nb = w.k_tiles, w.n_blocks
     n_units = kt * nb
     gs = _group_arg(w)

@@ -442,6 +442,7 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
     _check_x(x, w)
     if not (w.kernel_ready and use_triton(x, w.qweight)):
         return w4a16_matmul_reference(x, w, bias)
+    from . import _w4a16_rows_ptx as kr
     from . import _w4a16_triton as kt
     from .runtime import arch_family, device_arch, interpret_mode
 
@@ -452,8 +453,6 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
     m = x2.shape[0]
     arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
     if route is None:
-        from . import _w4a16_rows_ptx as kr
-
         route = choose_route(m, arch_family(arch), n, few_rows=kr.rows_eligible(arch, x2.dtype, w))
     if route == "dequant":
         out = kt.dequant_matmul(x2, w, bias, arch)
@@ -467,8 +466,6 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
             rows = slice(m0, min(m, m0 + kt.WS_ROWS))
             kt.stream_matmul(x2[rows], w, bias, out[rows], arch, config)
     elif route == "rows":
-        from . import _w4a16_rows_ptx as kr
-
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
         kr.rows_matmul(x2, w, bias, out, arch, config)
     else:
