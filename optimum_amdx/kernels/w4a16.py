@@ -468,6 +468,12 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
     elif route == "rows":
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
         kr.rows_matmul(x2, w, bias, out, arch, config)
+    elif route == "pipelined":
+        from . import _w4a16_pipelined_ptx as kp
+
+        out = kp.pipelined_matmul(x2, w, bias, arch, config)
     else:
-        raise InvalidArgumentError(f"route={route!r} is unknown; expected 'stream', 'rows', 'gemm' or 'dequant'.")
+        raise InvalidArgumentError(
+            f"route={route!r} is unknown; expected 'stream', 'rows', 'gemm', 'pipelined' or 'dequant'."
+        )
     return out.reshape(*x.shape[:-1], n)

@@ -1,0 +1,203 @@
+"""The pipelined fused W4A16 GEMM on NVIDIA: the tile loop of `_w4a16_gemm_triton` with the weight
+words read by an inline-PTX load, so that Triton's software pipeliner stages only the activations.
+
+Why a kernel of its own: in the fused GEMM the packed words are a plain ``tl.load``. Triton then fixes
+their register layout for coalescing, converts the dequantized tile to the MMA operand layout through
+shared memory, and, when asked to pipeline (``num_stages`` > 1), stages the words through shared memory
+and reads them back with scalar loads (RESULTS.md, section w4gemm), so that kernel runs unpipelined,
+with its activation tile loaded synchronously every K step. Here the words come from
+``ld.global.nc`` in inline asm, which no compiler pass rewrites: Triton gives the load the layout the
+dot operand needs (the dequantized tile feeds the MMA straight from registers: no shared-memory round
+trip; on Hopper it is the register A operand of ``wgmma``) and pipelines the activation tile alone
+(``cp.async``, ``num_stages`` buffers), with the MMA left asynchronous across the K steps. The sm_90
+build of the 256x128 config: 254 registers, no spill, 8 HGMMA per K tile
+(`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU).
+
+Where it wins (H100, RESULTS.md section w4pipe): the rows between the fused GEMM and dequant + BLAS
+on wide outputs; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-major
+layout (`w4a16.W4A16Weight`), the same ``2**e + q`` dequantization and scale constants
+(`_w4a16_gemm_triton._plane` / `_group_sc`), and for act-order or a K off the 128-row tiles the
+activations are gathered once per call into the layout's row order (`_w4a16_gemm_triton.x_index`).
+Split-K, for grids that do not fill the GPU, adds float32 partial sums into a persistent workspace
+and the last split of a tile (a ticket) writes it, so one launch does it all and graphs can replay it.
+
+NVIDIA only (inline PTX); AMD and the interpreter keep the fused GEMM. No AMD compile spec here, and
+no line of the `_*_triton` modules moves (their kernels' cache keys, and so the committed AMD compile
+tables, stay as they are).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ._w4a16_gemm_triton import E7_BITS, TILE, _group_sc, _plane, _workspace, x_index
+from ._w4a16_triton import _chunks, _group_arg
+from .runtime import compute_units
+
+if TYPE_CHECKING:
+    from .w4a16 import W4A16Weight
+
+
+@triton.jit
+def _ld_words(ptrs):
+    """int32 words at `ptrs` through ``ld.global.nc`` (read-only path): opaque to the pipeliner, and
+    free to take whatever register layout the consumer wants."""
+    return tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l", [ptrs], dtype=tl.int32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def _w4a16_pipelined_kernel(
+    x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
+    M, N, K, KT, stride_xm, stride_om, tiles_per_split, e7_bits,
+    GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+):
+    # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
+    # read one weight slice run together (one HBM read, the others hit L2)
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    m_blocks = tl.cdiv(M, BLOCK_M)
+    n_blocks = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * n_blocks
+    first_m = (pid // width) * GROUP_M
+    rows_in_group = tl.minimum(m_blocks - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows_in_group
+    pid_n = (pid % width) // rows_in_group
+    n0 = pid_n * BLOCK_N
+    offs_loc = tl.arange(0, BLOCK_N)
+    offs_n = n0 + offs_loc
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    # column (n0 % 128) + c of tile column n0 // 128 owns words 16c .. 16c + 15 of each K tile
+    w_offs = ((n0 // 128) * KT * 2048 + (n0 % 128) * 16) + offs_loc[:, None] * 16 + tl.arange(0, 16)[None, :]
+    x_ptrs = x_ptr + offs_m[None, :] * stride_xm + tl.arange(0, 128)[:, None]  # x^T of one K tile, row order
+    kt0 = pid_k * tiles_per_split
+    kt1 = tl.minimum(KT, kt0 + tiles_per_split)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    dt = x_ptr.dtype.element_ty
+    for kt in range(kt0, kt1):
+        k0 = kt * 128
+        packed = _ld_words(qw_ptr + w_offs + kt * 2048)
+        x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
+        w_l16 = packed << 16
+        w_l8 = packed << 8
+        w_r8 = packed >> 8
+        w_r16 = packed >> 16
+        s0, ce0, co0 = _group_sc(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        if CHUNKS == 1:
+            w1 = _plane(w_l8, e7_bits, s0, co0, 1).to(dt)
+            w2 = _plane(w_l8, e7_bits, s0, ce0, 2).to(dt)
+            w3 = _plane(packed, e7_bits, s0, co0, 3).to(dt)
+            w4 = _plane(packed, e7_bits, s0, ce0, 4).to(dt)
+            w5 = _plane(w_r8, e7_bits, s0, co0, 5).to(dt)
+            w6 = _plane(w_r8, e7_bits, s0, ce0, 6).to(dt)
+            w7 = _plane(w_r16, e7_bits, s0, co0, 7).to(dt)
+        else:  # plane j holds rows k0 + 16j ..: its own group when a tile holds several
+            s1, ce1, co1 = _group_sc(s_ptr, z_ptr, k0 + 16, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            s2, ce2, co2 = _group_sc(s_ptr, z_ptr, k0 + 32, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            s3, ce3, co3 = _group_sc(s_ptr, z_ptr, k0 + 48, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            s4, ce4, co4 = _group_sc(s_ptr, z_ptr, k0 + 64, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            s5, ce5, co5 = _group_sc(s_ptr, z_ptr, k0 + 80, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            s6, ce6, co6 = _group_sc(s_ptr, z_ptr, k0 + 96, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            s7, ce7, co7 = _group_sc(s_ptr, z_ptr, k0 + 112, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            w1 = _plane(w_l8, e7_bits, s1, co1, 1).to(dt)
+            w2 = _plane(w_l8, e7_bits, s2, ce2, 2).to(dt)
+            w3 = _plane(packed, e7_bits, s3, co3, 3).to(dt)
+            w4 = _plane(packed, e7_bits, s4, ce4, 4).to(dt)
+            w5 = _plane(w_r8, e7_bits, s5, co5, 5).to(dt)
+            w6 = _plane(w_r8, e7_bits, s6, ce6, 6).to(dt)
+            w7 = _plane(w_r16, e7_bits, s7, co7, 7).to(dt)
+        w0 = _plane(w_l16, e7_bits, s0, ce0, 0).to(dt)
+        # [BLOCK_N, 16, 2, 2, 2] (plane a + 2b + 4c) -> [BLOCK_N, c, b, a, r]: operand column = tile row
+        wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
+        wt = tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
+        acc = tl.dot(wt, x_t, acc)
+    out_mask = (offs_n < N)[:, None] & m_mask[None, :]
+    out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+    if SPLIT == 1:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
+        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:  # float32 partial sums; the last split of this tile (its ticket) writes and clears them
+        ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
+        tl.atomic_add(ws_ptrs, acc, mask=out_mask, sem="relaxed")
+        tl.debug_barrier()
+        cnt = cnt_ptr + pid
+        if tl.atomic_add(cnt, 1, sem="acq_rel") == SPLIT - 1:
+            old = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.int32),
+                                 mask=out_mask, sem="acq_rel")
+            total = old.to(tl.float32, bitcast=True)
+            if HAS_BIAS:
+                total += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
+            tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.debug_barrier()
+            tl.atomic_xchg(cnt, 0, sem="acq_rel")
+
+
+PIPELINED_CONFIGS: dict[int, dict[str, Any]] = {
+    # rows class (largest M it serves) -> tiles and launch options, from the H100 sweep (RESULTS.md,
+    # section w4pipe). "waves": split K until (tiles x splits) reaches that many programs per SM.
+    128: {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "GROUP_M": 8, "waves": 1},
+    1 << 30: {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "GROUP_M": 8, "waves": 1},
+}
+
+
+def pipelined_config(m: int) -> dict[str, Any]:
+    """The config of the smallest rows class that holds `m` rows."""
+    return dict(next(PIPELINED_CONFIGS[r] for r in sorted(PIPELINED_CONFIGS) if m <= r))
+
+
+def k_splits(tiles: int, k_tiles: int, cfg: dict[str, Any], cus: int) -> tuple[int, int]:
+    """(splits, K tiles per split): split K until ``tiles x splits`` reaches ``waves`` programs per SM,
+    keeping at least ``min_k_tiles`` K tiles per split (a short K gains less from a split than its
+    float32 partial sums cost); a config may force ``SPLIT``. Every split is non-empty."""
+    want = cfg.get("SPLIT") or max(1, round(cfg.get("waves", 1) * cus / max(1, tiles)))
+    if cfg.get("SPLIT") is None:
+        want = min(want, max(1, k_tiles // cfg.get("min_k_tiles", 2)))
+    per = -(-k_tiles // max(1, min(want, k_tiles)))
+    return -(-k_tiles // per), per
+
+
+def pipelined_eligible(arch: str, w: "W4A16Weight") -> bool:
+    """Whether this kernel can serve `w`: an NVIDIA target (inline PTX) and a 4-bit kernel-ready weight.
+    `arch` is "cpu" under the interpreter (`w4a16_matmul` sets it), so interpreted runs never take it."""
+    return not arch.startswith("gfx") and arch != "cpu" and w.bits == 4 and w.kernel_ready
+
+
+def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str,
+                     config: Optional[dict[str, Any]] = None) -> torch.Tensor:
+    """``x2 @ W (+ bias)`` through the pipelined fused GEMM; x2 is ``[M, K]`` with unit stride along K."""
+    if not pipelined_eligible(arch, w):
+        raise ValueError("the pipelined W4A16 GEMM needs an NVIDIA GPU and a 4-bit kernel-ready weight")
+    m = x2.shape[0]
+    k, n = w.in_features, w.out_features
+    cfg = dict(config or pipelined_config(m))
+    block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    if TILE % block_n:
+        raise ValueError(f"BLOCK_N={block_n} must divide the layout's {TILE}-column tile")
+    out = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
+    if w.perm is not None or k % TILE:  # x in the layout's row order, zero columns for the padded rows
+        x_src = torch.nn.functional.pad(x2, (0, 1)).index_select(1, x_index(w, True))
+    else:
+        x_src = x2
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    splits, per = k_splits(tiles, w.k_tiles, cfg, compute_units(x2.device))
+    # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles
+    ws, cnt = _workspace(x2.device, n, m) if splits > 1 else (out, out)
+    gs = _group_arg(w)
+    _w4a16_pipelined_kernel[(tiles, splits)](
+        x_src, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
+        bias if bias is not None else w.scales, out, ws, cnt,
+        m, n, k, w.k_tiles, x_src.stride(0), out.stride(0), per, E7_BITS,
+        GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=block_n, GROUP_M=cfg.get("GROUP_M", 8),
+        SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
+        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+    return out
