@@ -43,11 +43,15 @@ if TYPE_CHECKING:
 
 
 @triton.jit
-def _ld_words(ptrs):
+def _ld_words(ptrs, PTX: tl.constexpr):
     """int32 words at `ptrs` through ``ld.global.nc`` (read-only path): opaque to the pipeliner, and
-    free to take whatever register layout the consumer wants."""
-    return tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l", [ptrs], dtype=tl.int32, is_pure=True,
-                                     pack=1)
+    free to take whatever register layout the consumer wants. ``PTX=False`` (the interpreter, which
+    runs no asm) is a plain load: same values, so the CPU tests check everything else of the kernel."""
+    if PTX:
+        return tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$1];", "=r,l", [ptrs], dtype=tl.int32,
+                                         is_pure=True, pack=1)
+    else:
+        return tl.load(ptrs)
 
 
 @triton.jit
@@ -56,7 +60,7 @@ def _w4a16_pipelined_kernel(
     M, N, K, KT, stride_xm, stride_om, tiles_per_split, e7_bits,
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -83,7 +87,7 @@ def _w4a16_pipelined_kernel(
     dt = x_ptr.dtype.element_ty
     for kt in range(kt0, kt1):
         k0 = kt * 128
-        packed = _ld_words(qw_ptr + w_offs + kt * 2048)
+        packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
         x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
         w_l16 = packed << 16
         w_l8 = packed << 8
@@ -140,17 +144,35 @@ def _w4a16_pipelined_kernel(
             tl.atomic_xchg(cnt, 0, sem="acq_rel")
 
 
-PIPELINED_CONFIGS: dict[int, dict[str, Any]] = {
-    # rows class (largest M it serves) -> tiles and launch options, from the H100 sweep (RESULTS.md,
-    # section w4pipe). "waves": split K until (tiles x splits) reaches that many programs per SM.
-    128: {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "GROUP_M": 8, "waves": 1},
-    1 << 30: {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "GROUP_M": 8, "waves": 1},
+PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
+    # tiles and launch options by the call's class (`pipelined_config`), from the H100 sweeps (RESULTS.md,
+    # section w4pipe). "waves": split K until (tiles x splits) reaches that many programs per SM, keeping
+    # at least "min_k_tiles" K tiles per split.
+    "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8},
+    "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8},
+    "rows128": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 16},
+    "narrow_long_k": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2,
+                      "min_k_tiles": 16},
+    "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},
 }
+LONG_K = 8192
+"""Input widths above this (14336, 11008) on a narrow output take 64 x 128 tiles split along K from 33
+rows on: few column tiles, many K tiles to share out."""
 
 
-def pipelined_config(m: int) -> dict[str, Any]:
-    """The config of the smallest rows class that holds `m` rows."""
-    return dict(next(PIPELINED_CONFIGS[r] for r in sorted(PIPELINED_CONFIGS) if m <= r))
+def pipelined_config(m: int, k: int, narrow: bool) -> dict[str, Any]:
+    """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns."""
+    if m <= 16:
+        name = "rows16"
+    elif m <= 32 or (m <= 64 and narrow and k <= LONG_K):
+        name = "rows32"
+    elif narrow and k > LONG_K:
+        name = "narrow_long_k"
+    elif m <= 128:
+        name = "rows128"
+    else:
+        name = "rows256"
+    return dict(PIPELINED_CONFIGS[name])
 
 
 def k_splits(tiles: int, k_tiles: int, cfg: dict[str, Any], cus: int) -> tuple[int, int]:
@@ -165,19 +187,22 @@ def k_splits(tiles: int, k_tiles: int, cfg: dict[str, Any], cus: int) -> tuple[i
 
 
 def pipelined_eligible(arch: str, w: "W4A16Weight") -> bool:
-    """Whether this kernel can serve `w`: an NVIDIA target (inline PTX) and a 4-bit kernel-ready weight.
-    `arch` is "cpu" under the interpreter (`w4a16_matmul` sets it), so interpreted runs never take it."""
+    """Whether the dispatcher may send `w` here: an NVIDIA target (inline PTX) and a 4-bit kernel-ready
+    weight. `arch` is "cpu" under the interpreter (`w4a16_matmul` sets it): the dispatcher never picks
+    this kernel there, but a forced ``route="pipelined"`` runs it with plain loads (tests)."""
     return not arch.startswith("gfx") and arch != "cpu" and w.bits == 4 and w.kernel_ready
 
 
 def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str,
-                     config: Optional[dict[str, Any]] = None) -> torch.Tensor:
-    """``x2 @ W (+ bias)`` through the pipelined fused GEMM; x2 is ``[M, K]`` with unit stride along K."""
-    if not pipelined_eligible(arch, w):
-        raise ValueError("the pipelined W4A16 GEMM needs an NVIDIA GPU and a 4-bit kernel-ready weight")
+                     config: Optional[dict[str, Any]] = None, narrow: bool = False) -> torch.Tensor:
+    """``x2 @ W (+ bias)`` through the pipelined fused GEMM; x2 is ``[M, K]`` with unit stride along K.
+    `narrow` (an output under `w4a16.WIDE_N` columns) picks the config when `config` is None."""
+    if not (pipelined_eligible(arch, w) or (arch == "cpu" and w.bits == 4 and w.kernel_ready)):
+        raise ValueError("the pipelined W4A16 GEMM needs an NVIDIA GPU (or the interpreter) and a 4-bit "
+                         "kernel-ready weight")
     m = x2.shape[0]
     k, n = w.in_features, w.out_features
-    cfg = dict(config or pipelined_config(m))
+    cfg = dict(config or pipelined_config(m, k, narrow))
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if TILE % block_n:
         raise ValueError(f"BLOCK_N={block_n} must divide the layout's {TILE}-column tile")
@@ -197,7 +222,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         m, n, k, w.k_tiles, x_src.stride(0), out.stride(0), per, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=block_n, GROUP_M=cfg.get("GROUP_M", 8),
         SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
-        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0,
+        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu",
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out

@@ -23,7 +23,7 @@ then matmul) and say so through `W4A16Weight.kernel_ready`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from ..errors import InvalidArgumentError
 from .runtime import use_triton
@@ -44,6 +44,8 @@ __all__ = [
     "choose_route",
     "STREAM_MAX_M",
     "ROUTE_LIMITS",
+    "RouteLimits",
+    "PIPELINED_MIN_WEIGHT",
     "SMALL_WEIGHT",
     "WIDE_N",
 ]
@@ -390,44 +392,72 @@ fused GEMM's SMALL configs (`_w4a16_gemm_triton.GEMM_CONFIGS`): few column block
 WIDE_N = 8192
 """Output widths from this on keep the fused GEMM to more rows: the GEMM's parallelism is its column
 blocks, so a narrow weight (N = 4096) runs out of it, and loses to dequant + BLAS, earlier."""
-ROUTE_LIMITS: dict[str, tuple[int, int, int, int]] = {
-    "hopper": (1, 3, 128, 64),
-    "cdna": (1, 1, 128, 64),
-    "rdna3": (1, 1, 128, 64),
-    "default": (1, 3, 128, 64),
-    "cpu": (16, 1, 1 << 62, 1 << 62),
+PIPELINED_MIN_WEIGHT = 1 << 24
+"""Weights of at most this many elements (K x N; 4096 x 4096) never take the pipelined GEMM: too few
+column tiles to hide its per-tile cost (H100: 1.5-1.7x slower than the fused GEMM at 48-128 rows on
+4096x4096, RESULTS.md section w4pipe)."""
+
+
+class RouteLimits(NamedTuple):
+    """The dispatcher's row thresholds for one arch family (see `ROUTE_LIMITS`)."""
+
+    stream_max: int
+    rows_max: int
+    gemm_max_wide: int
+    gemm_max_narrow: int
+    pipelined_min: int
+    pipelined_max_wide: int
+    pipelined_max_narrow: int
+
+
+ROUTE_LIMITS: dict[str, RouteLimits] = {
+    "hopper": RouteLimits(1, 3, 128, 64, 9, 256, 128),
+    "cdna": RouteLimits(1, 1, 128, 64, 0, 0, 0),
+    "rdna3": RouteLimits(1, 1, 128, 64, 0, 0, 0),
+    "default": RouteLimits(1, 3, 128, 64, 9, 256, 128),
+    "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0),
 }
-"""The dispatcher's thresholds, all of them, per arch family: ``(stream_max, rows_max, gemm_max_wide,
-gemm_max_narrow)``. Up to ``stream_max`` rows the persistent stream-K kernel runs (the one-row FMA
-loop); up to ``rows_max`` rows the few-row kernel (`_w4a16_rows_ptx`: NVIDIA, fp16, at most four
-groups per 128 rows; each weight dequantized once and reused by every row) where it applies; up to
-``gemm_max_wide`` rows for an output at least `WIDE_N` wide (``gemm_max_narrow`` otherwise) the fused
-GEMM (`_w4a16_gemm_triton`: dequantized in registers, fed to ``tl.dot``, split-K when its tiles do not
-fill the GPU); above, dequantize once into a dense weight and call the BLAS matmul, which amortizes
-the dense write over many rows. From the H100 crossover run (benchmarks/RESULTS.md, section w4gemm;
-fused GEMM / stream / dequant+BLAS, us): 2 rows 34/44/109 on 4096x14336 and 16/18/29 on 4096x4096
-(so the stream kernel keeps one row only); 128 rows 62/-/107 on 4096x14336 but 136/-/113 on
-14336x4096; 64 rows 63/-/110 on 14336x4096 and 28/-/27 on 4096x4096; 192 rows 113/-/110 on
-4096x14336. The few-row limit: section w4rows. The AMD families use the same values until measured
-there (and have no few-row kernel: it is inline PTX). The interpreter ("cpu") never takes the
-dequant route on its own (that would test the BLAS, not our kernels)."""
-STREAM_MAX_M: dict[str, int] = {fam: lim[0] for fam, lim in ROUTE_LIMITS.items()}
+"""The dispatcher's thresholds, all of them, per arch family (`RouteLimits`). Up to ``stream_max`` rows
+the persistent stream-K kernel runs (the one-row FMA loop); up to ``rows_max`` rows the few-row kernel
+(`_w4a16_rows_ptx`: NVIDIA, fp16, at most four groups per 128 rows; each weight dequantized once and
+reused by every row) where it applies; from ``pipelined_min`` to ``pipelined_max_wide`` rows for an
+output at least `WIDE_N` wide (``pipelined_max_narrow`` otherwise) the pipelined fused GEMM
+(`_w4a16_pipelined_ptx`: NVIDIA, a weight over `PIPELINED_MIN_WEIGHT` elements); up to
+``gemm_max_wide`` / ``gemm_max_narrow`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in
+registers, fed to ``tl.dot``, split-K when its tiles do not fill the GPU); above, dequantize once into
+a dense weight and call the BLAS matmul, which amortizes the dense write over many rows.
+
+From the H100 runs (benchmarks/RESULTS.md): the fused GEMM / stream / dequant+BLAS crossover (section
+w4gemm; us): 2 rows 34/44/109 on 4096x14336 and 16/18/29 on 4096x4096 (so the stream kernel keeps one
+row only); 128 rows 62/-/107 on 4096x14336 but 136/-/113 on 14336x4096; 64 rows 63/-/110 on 14336x4096
+and 28/-/27 on 4096x4096. The few-row limit: section w4rows. The pipelined GEMM (section w4pipe) beats
+the fused GEMM and dequant + BLAS from 9 rows (at 8 it loses 9 % on 4096x12288) to 256 rows on wide
+outputs (1.2-1.6x at 192-256 rows on 4096x28672 / 4096x12288) and to 128 on narrow ones (at 192 rows
+dequant + BLAS is 5-12 % faster on 14336x4096 and 11008x4096). The AMD families use the measured NVIDIA
+values for the portable kernels until measured there, and have neither PTX kernel. The interpreter
+("cpu") never takes the dequant route on its own (that would test the BLAS, not our kernels)."""
+STREAM_MAX_M: dict[str, int] = {fam: lim.stream_max for fam, lim in ROUTE_LIMITS.items()}
 """Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`)."""
 _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 
 
-def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = False) -> str:
+def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = False, pipelined: bool = False,
+                 weight_elems: Optional[int] = None) -> str:
     """"stream" (persistent GEMV-like kernel), "rows" (few-row kernel, only where `few_rows` says it
-    applies), "gemm" (fused tiled GEMM) or "dequant" (dense weight + BLAS) for `m` rows and an output
-    `n` wide on an arch family (the one place the thresholds are read; an unknown width counts as wide)."""
-    stream_max, rows_max, gemm_wide, gemm_narrow = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family),
-                                                                    ROUTE_LIMITS["default"])
-    if m <= stream_max:
+    applies), "pipelined" (pipelined fused GEMM, only where `pipelined` says it applies and the weight
+    has more than `PIPELINED_MIN_WEIGHT` elements; unknown counts as more), "gemm" (fused tiled GEMM) or
+    "dequant" (dense weight + BLAS) for `m` rows and an output `n` wide on an arch family (the one place
+    the thresholds are read; an unknown width counts as wide)."""
+    lim = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
+    if m <= lim.stream_max:
         return "stream"
-    if few_rows and m <= rows_max:
+    if few_rows and m <= lim.rows_max:
         return "rows"
     narrow = n is not None and n < WIDE_N
-    return "gemm" if m <= (gemm_narrow if narrow else gemm_wide) else "dequant"
+    big = weight_elems is None or weight_elems > PIPELINED_MIN_WEIGHT
+    if pipelined and big and lim.pipelined_min <= m <= (lim.pipelined_max_narrow if narrow else lim.pipelined_max_wide):
+        return "pipelined"
+    return "gemm" if m <= (lim.gemm_max_narrow if narrow else lim.gemm_max_wide) else "dequant"
 
 
 def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None,
@@ -442,6 +472,7 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
     _check_x(x, w)
     if not (w.kernel_ready and use_triton(x, w.qweight)):
         return w4a16_matmul_reference(x, w, bias)
+    from . import _w4a16_pipelined_ptx as kp
     from . import _w4a16_rows_ptx as kr
     from . import _w4a16_triton as kt
     from .runtime import arch_family, device_arch, interpret_mode
@@ -453,7 +484,8 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
     m = x2.shape[0]
     arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
     if route is None:
-        route = choose_route(m, arch_family(arch), n, few_rows=kr.rows_eligible(arch, x2.dtype, w))
+        route = choose_route(m, arch_family(arch), n, few_rows=kr.rows_eligible(arch, x2.dtype, w),
+                             pipelined=kp.pipelined_eligible(arch, w), weight_elems=k * n)
     if route == "dequant":
         out = kt.dequant_matmul(x2, w, bias, arch)
     elif route == "gemm":
@@ -469,9 +501,7 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
         kr.rows_matmul(x2, w, bias, out, arch, config)
     elif route == "pipelined":
-        from . import _w4a16_pipelined_ptx as kp
-
-        out = kp.pipelined_matmul(x2, w, bias, arch, config)
+        out = kp.pipelined_matmul(x2, w, bias, arch, config, narrow=n < WIDE_N)
     else:
         raise InvalidArgumentError(
             f"route={route!r} is unknown; expected 'stream', 'rows', 'gemm', 'pipelined' or 'dequant'."

@@ -302,12 +302,12 @@ def test_dispatch_and_grid_choices():
     from optimum_amdx.kernels.w4a16 import choose_route
 
     from optimum_amdx.kernels import _w4a16_gemm_triton as kg
-    from optimum_amdx.kernels.w4a16 import ROUTE_LIMITS, SMALL_WEIGHT, WIDE_N
+    from optimum_amdx.kernels.w4a16 import PIPELINED_MIN_WEIGHT, ROUTE_LIMITS, SMALL_WEIGHT, WIDE_N
 
     assert kg.SMALL_WEIGHT == SMALL_WEIGHT
     for fam in ("hopper", "cdna3", "rdna3", "default", "nvidia"):
-        stream_max, rows_max, gemm_max, gemm_narrow = ROUTE_LIMITS.get({"cdna3": "cdna"}.get(fam, fam),
-                                                                       ROUTE_LIMITS["default"])
+        lim = ROUTE_LIMITS.get({"cdna3": "cdna"}.get(fam, fam), ROUTE_LIMITS["default"])
+        stream_max, rows_max, gemm_max, gemm_narrow = lim[:4]
         assert stream_max < gemm_narrow <= gemm_max and rows_max < gemm_narrow
         assert choose_route(1, fam) == "stream" and choose_route(stream_max, fam) == "stream"
         assert choose_route(stream_max + 1, fam) == "gemm" and choose_route(gemm_max, fam) == "gemm"
@@ -320,6 +320,18 @@ def test_dispatch_and_grid_choices():
         assert choose_route(gemm_narrow, fam, WIDE_N - 1) == "gemm"
         assert choose_route(gemm_narrow + 1, fam, 4096) == "dequant"
         assert choose_route(gemm_narrow + 1, fam, WIDE_N) == "gemm"
+        # the pipelined GEMM only where it applies, between its limits, on weights over its minimum
+        big = PIPELINED_MIN_WEIGHT + 1
+        if lim.pipelined_max_wide:
+            lo, wide, narrow = lim.pipelined_min, lim.pipelined_max_wide, lim.pipelined_max_narrow
+            assert stream_max < lo <= narrow <= wide
+            assert choose_route(lo, fam, WIDE_N, pipelined=True, weight_elems=big) == "pipelined"
+            assert choose_route(lo - 1, fam, WIDE_N, pipelined=True, weight_elems=big) != "pipelined"
+            assert choose_route(wide, fam, WIDE_N, pipelined=True, weight_elems=big) == "pipelined"
+            assert choose_route(wide + 1, fam, WIDE_N, pipelined=True, weight_elems=big) != "pipelined"
+            assert choose_route(narrow + 1, fam, 4096, pipelined=True, weight_elems=big) != "pipelined"
+            assert choose_route(lo, fam, WIDE_N, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT) == "gemm"
+        assert choose_route(stream_max + 1, fam, WIDE_N, pipelined=False, weight_elems=big) != "pipelined"
     big, small = kg.gemm_config("sm_90", 64, 4096 * 14336), kg.gemm_config("sm_90", 64, 4096 * 4096)
     assert "SMALL" not in big and big["BLOCK_M"] == 64 and small["num_warps"] != big["num_warps"]
     assert choose_route(1 << 20, "cpu") == "gemm"  # the interpreter never tests the BLAS on its own

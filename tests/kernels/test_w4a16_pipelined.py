@@ -10,7 +10,7 @@ import torch
 
 from optimum_amdx.kernels.w4a16 import prepare_gptq_weight, w4a16_matmul
 
-from .test_w4a16 import quantize
+from .test_w4a16 import DEVICE, quantize
 from .test_w4a16_stream import PACKED_CASES
 
 
@@ -35,19 +35,18 @@ sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "
        "out_ptr": "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "KT": "i32",
        "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
 seen = []
-for rows in sorted(kp.PIPELINED_CONFIGS):
-    cfg = kp.pipelined_config(rows)
+for name, cfg in kp.PIPELINED_CONFIGS.items():
     for chunks, zeros, split in ((1, False, 1), (4, True, 2)):
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
-                "GROUP_M": cfg["GROUP_M"], "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
-                "EVEN_N": True}
+                "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
+                "EVEN_N": True, "PTX_LOADS": True}
         s = dict(sig, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
         c = triton.compile(ASTSource(fn=kp._w4a16_pipelined_kernel, signature=s, constexprs=cons, attrs=attrs),
                            target=GPUTarget("cuda", 90, 32),
                            options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
         ir = c.asm["ttgir"]
-        seen.append({"rows": rows, "cubin": len(c.asm["cubin"]), "wgmma": ir.count("ttng.warp_group_dot "),
+        seen.append({"config": name, "cubin": len(c.asm["cubin"]), "wgmma": ir.count("ttng.warp_group_dot "),
                      "async_copies": ir.count("ttg.async_copy_global_to_local"), "local_loads": ir.count("ttg.local_load"),
                      "ptx_local": c.asm["ptx"].count(".local")})
 print(json.dumps(seen))
@@ -70,7 +69,7 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
         pytest.skip("this Triton build ships no ptxas")
     assert proc.returncode == 0, proc.stderr[-3000:]
     builds = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert builds
+    assert len(builds) == 2 * 5
     for b in builds:
         assert b["cubin"] > 0 and b["wgmma"] >= 1, b
         assert b["async_copies"] >= 2, b  # at least double-buffered activations
@@ -78,20 +77,75 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
         assert b["ptx_local"] == 0, b  # no local (spill) memory in the PTX
 
 
+def test_pipelined_configs_and_k_splits():
+    from optimum_amdx.kernels._w4a16_pipelined_ptx import LONG_K, k_splits, pipelined_config
+
+    assert pipelined_config(16, 4096, False)["BLOCK_M"] == 16 and pipelined_config(32, 4096, True)["BLOCK_M"] == 32
+    assert pipelined_config(64, 4096, True)["BLOCK_M"] == 32  # narrow, short K: more column tiles
+    assert pipelined_config(64, LONG_K + 1, True)["BLOCK_N"] == 128  # narrow, long K: split K
+    assert pipelined_config(128, 4096, False)["BLOCK_M"] == 64 and pipelined_config(200, 4096, False)["BLOCK_M"] == 256
+    # 32 tiles on 132 SMs at 2 waves want 8 splits; 112 K tiles allow 7 of 16; every split non-empty
+    assert k_splits(32, 112, {"waves": 2, "min_k_tiles": 16}, 132) == (7, 16)
+    assert k_splits(32, 32, {"waves": 2, "min_k_tiles": 16}, 132) == (2, 16)
+    assert k_splits(400, 32, {"waves": 1}, 132) == (1, 32)
+    assert k_splits(4, 5, {"SPLIT": 4}, 132) == (3, 2)
+
+
+def _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=k + n + group)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=group,
+                            checkpoint_format=fmt)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(k + m)).to(dtype).to(DEVICE)
+    bias = torch.randn(n, generator=torch.Generator().manual_seed(n)).to(dtype).to(DEVICE)
+    exact = x.double() @ expected.double().to(DEVICE) + bias.double()
+    # the weight rounded once to the activation dtype, float32 sums
+    tol = (4e-3 if dtype == torch.float16 else 2e-2) * exact.abs().max().item()
+    for _ in range(2):  # the second call checks that the split-K workspace and tickets were left clean
+        out = w4a16_matmul(x, w, bias, route="pipelined", config=cfg)
+        assert out.dtype == dtype and out.shape == (m, n)
+        assert (out.double() - exact).abs().max().item() <= tol
+
+
+_SPLIT = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 2}
+
+
+@pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT])
+def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order, fmt, cfg):
+    """Under the interpreter the words come from plain loads (it runs no asm); everything else of the
+    kernel (group lookups, zeros, act-order gather, ragged K/N, split-K tickets, bias) is checked."""
+    if DEVICE == "cuda":
+        pytest.skip("the GPU runs the full matrix below")
+    _check_exact(k, n, group, sym, act_order, fmt, 20, cfg, torch.float16)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the kernel is inline PTX)")
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
 @pytest.mark.parametrize("m", [1, 20, 130, 300])
-@pytest.mark.parametrize("cfg", [None, {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 2}])
+@pytest.mark.parametrize("cfg", [None, _SPLIT])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_pipelined_kernel_matches_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
-    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=k + n + group)
-    w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=group)
-    x = torch.randn(m, k, generator=torch.Generator().manual_seed(k + m)).to(dtype).cuda()
-    bias = torch.randn(n, generator=torch.Generator().manual_seed(n)).to(dtype).cuda()
-    exact = x.double() @ expected.double().cuda() + bias.double()
-    for _ in range(2):  # the second call checks that the split-K workspace and tickets were left clean
-        out = w4a16_matmul(x, w, bias, route="pipelined", config=cfg)
-        # the weight rounded once to the activation dtype, float32 sums
-        tol = (4e-3 if dtype == torch.float16 else 2e-2) * exact.abs().max().item()
-        assert (out.double() - exact).abs().max().item() <= tol
+    _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_dispatcher_takes_the_pipelined_gemm_between_its_limits():
+    from unittest import mock
+
+    from optimum_amdx.kernels import _w4a16_pipelined_ptx as kp
+    from optimum_amdx.kernels.runtime import arch_family, device_arch
+    from optimum_amdx.kernels.w4a16 import ROUTE_LIMITS
+
+    lim = ROUTE_LIMITS.get(arch_family(device_arch()), ROUTE_LIMITS["default"])
+    assert lim.pipelined_max_wide >= lim.pipelined_min, "no row count takes the pipelined GEMM on this GPU"
+    qweight, qzeros, scales, g_idx, expected = quantize(4096, 8192, 4, 128, False, True, "gptq", seed=3)
+    w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=128)
+    for m in (lim.pipelined_min - 1, lim.pipelined_min, lim.pipelined_max_wide, lim.pipelined_max_wide + 1):
+        x = torch.randn(m, 4096, generator=torch.Generator().manual_seed(m)).half().cuda()
+        with mock.patch.object(kp, "pipelined_matmul", wraps=kp.pipelined_matmul) as spy:
+            out = w4a16_matmul(x, w)
+        assert spy.called == (lim.pipelined_min <= m <= lim.pipelined_max_wide), m
+        exact = x.double() @ expected.double().cuda()
+        assert (out.double() - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
