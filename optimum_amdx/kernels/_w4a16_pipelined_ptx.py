@@ -148,8 +148,9 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # tiles and launch options by the call's class (`pipelined_config`), from the H100 sweeps (RESULTS.md,
     # section w4pipe). "waves": split K until (tiles x splits) reaches that many programs per SM, keeping
     # at least "min_k_tiles" K tiles per split.
-    "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8},
+    "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8},
     "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8},
+    "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8},
     "rows128": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 16},
     "narrow_long_k": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2,
                       "min_k_tiles": 16},
@@ -164,6 +165,8 @@ def pipelined_config(m: int, k: int, narrow: bool) -> dict[str, Any]:
     """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns."""
     if m <= 16:
         name = "rows16"
+    elif m <= 32 and narrow and k <= LONG_K:  # few column tiles and a short K: split it further
+        name = "narrow32"
     elif m <= 32 or (m <= 64 and narrow and k <= LONG_K):
         name = "rows32"
     elif narrow and k > LONG_K:
@@ -176,10 +179,11 @@ def pipelined_config(m: int, k: int, narrow: bool) -> dict[str, Any]:
 
 
 def k_splits(tiles: int, k_tiles: int, cfg: dict[str, Any], cus: int) -> tuple[int, int]:
-    """(splits, K tiles per split): split K until ``tiles x splits`` reaches ``waves`` programs per SM,
-    keeping at least ``min_k_tiles`` K tiles per split (a short K gains less from a split than its
-    float32 partial sums cost); a config may force ``SPLIT``. Every split is non-empty."""
-    want = cfg.get("SPLIT") or max(1, round(cfg.get("waves", 1) * cus / max(1, tiles)))
+    """(splits, K tiles per split): the most K splits that keep ``tiles x splits`` within ``waves``
+    programs per SM (rounding up overshot: on an H100, 2 splits of 344 tiles at 16 rows were 16 %
+    slower than none), at least ``min_k_tiles`` K tiles per split (a short K gains less from a split
+    than its float32 partial sums cost); a config may force ``SPLIT``. Every split is non-empty."""
+    want = cfg.get("SPLIT") or max(1, int(cfg.get("waves", 1) * cus / max(1, tiles)))
     if cfg.get("SPLIT") is None:
         want = min(want, max(1, k_tiles // cfg.get("min_k_tiles", 2)))
     per = -(-k_tiles // max(1, min(want, k_tiles)))

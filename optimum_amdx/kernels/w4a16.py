@@ -431,9 +431,10 @@ From the H100 runs (benchmarks/RESULTS.md): the fused GEMM / stream / dequant+BL
 w4gemm; us): 2 rows 34/44/109 on 4096x14336 and 16/18/29 on 4096x4096 (so the stream kernel keeps one
 row only); 128 rows 62/-/107 on 4096x14336 but 136/-/113 on 14336x4096; 64 rows 63/-/110 on 14336x4096
 and 28/-/27 on 4096x4096. The few-row limit: section w4rows. The pipelined GEMM (section w4pipe) beats
-the fused GEMM and dequant + BLAS from 9 rows (at 8 it loses 9 % on 4096x12288) to 256 rows on wide
-outputs (1.2-1.6x at 192-256 rows on 4096x28672 / 4096x12288) and to 128 on narrow ones (at 192 rows
-dequant + BLAS is 5-12 % faster on 14336x4096 and 11008x4096). The AMD families use the measured NVIDIA
+the fused GEMM and dequant + BLAS from 9 rows (at 8, with the first 16-row config, it lost 9 % on
+4096x12288; not re-measured with the final one) to 256 rows on wide outputs (1.2-1.6x at 192-256 rows on
+4096x28672 / 4096x12288) and to 128 on narrow ones (at 192 rows dequant + BLAS is 5-12 % faster on
+14336x4096 and 11008x4096). The AMD families use the measured NVIDIA
 values for the portable kernels until measured there, and have neither PTX kernel. The interpreter
 ("cpu") never takes the dequant route on its own (that would test the BLAS, not our kernels)."""
 STREAM_MAX_M: dict[str, int] = {fam: lim.stream_max for fam, lim in ROUTE_LIMITS.items()}

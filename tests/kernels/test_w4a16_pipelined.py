@@ -69,7 +69,9 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
         pytest.skip("this Triton build ships no ptxas")
     assert proc.returncode == 0, proc.stderr[-3000:]
     builds = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(builds) == 2 * 5
+    from optimum_amdx.kernels._w4a16_pipelined_ptx import PIPELINED_CONFIGS
+
+    assert len(builds) == 2 * len(PIPELINED_CONFIGS)
     for b in builds:
         assert b["cubin"] > 0 and b["wgmma"] >= 1, b
         assert b["async_copies"] >= 2, b  # at least double-buffered activations
@@ -81,6 +83,7 @@ def test_pipelined_configs_and_k_splits():
     from optimum_amdx.kernels._w4a16_pipelined_ptx import LONG_K, k_splits, pipelined_config
 
     assert pipelined_config(16, 4096, False)["BLOCK_M"] == 16 and pipelined_config(32, 4096, True)["BLOCK_M"] == 32
+    assert pipelined_config(24, 4096, True)["waves"] > pipelined_config(24, 4096, False)["waves"]  # narrow: split K
     assert pipelined_config(64, 4096, True)["BLOCK_M"] == 32  # narrow, short K: more column tiles
     assert pipelined_config(64, LONG_K + 1, True)["BLOCK_N"] == 128  # narrow, long K: split K
     assert pipelined_config(128, 4096, False)["BLOCK_M"] == 64 and pipelined_config(200, 4096, False)["BLOCK_M"] == 256
@@ -88,6 +91,9 @@ def test_pipelined_configs_and_k_splits():
     assert k_splits(32, 112, {"waves": 2, "min_k_tiles": 16}, 132) == (7, 16)
     assert k_splits(32, 32, {"waves": 2, "min_k_tiles": 16}, 132) == (2, 16)
     assert k_splits(400, 32, {"waves": 1}, 132) == (1, 32)
+    # never past the waves: 344 tiles at 4 per SM (528 programs) stay one split, 224 take two
+    assert k_splits(344, 32, {"waves": 4, "min_k_tiles": 8}, 132) == (1, 32)
+    assert k_splits(224, 32, {"waves": 4, "min_k_tiles": 8}, 132) == (2, 16)
     assert k_splits(4, 5, {"SPLIT": 4}, 132) == (3, 2)
 
 
