@@ -11,6 +11,7 @@ import torch
 from optimum_amdx.kernels.w4a16 import prepare_gptq_weight, w4a16_matmul
 
 from .test_w4a16 import DEVICE, quantize
+from .test_w4a16_rows import sm90_build_stdout
 from .test_w4a16_stream import PACKED_CASES
 
 
@@ -58,18 +59,10 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
     activations are staged by asynchronous copies (pipelined), the dequantized weight feeds ``wgmma``
     straight from registers (no shared-memory round trip: no ``local_load``), and nothing spills."""
     import json
-    import os
-    import subprocess
-    import sys
 
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    proc = subprocess.run([sys.executable, "-c", _BUILD], capture_output=True, text=True, env=env, timeout=900)
-    if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr.lower():
-        pytest.skip("this Triton build ships no ptxas")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    builds = json.loads(proc.stdout.strip().splitlines()[-1])
     from optimum_amdx.kernels._w4a16_pipelined_ptx import PIPELINED_CONFIGS
+
+    builds = json.loads(sm90_build_stdout(_BUILD).strip().splitlines()[-1])
 
     assert len(builds) == 2 * len(PIPELINED_CONFIGS)
     for b in builds:

@@ -65,20 +65,27 @@ for rows, chunks, zeros, xprep in ((1, 1, False, False), (4, 2, True, False), (3
 """
 
 
-def test_rows_kernel_assembles_for_sm90():
-    """Compiled in a fresh process with the interpreter off (under it `@triton.jit` gives interpreter
-    functions); Triton's bundled ptxas assembles the inline PTX for sm_90."""
+def sm90_build_stdout(script: str, timeout: int = 900) -> str:
+    """Stdout of `script` run in a fresh process with the interpreter off (under it `@triton.jit` gives
+    interpreter functions), where it compiles kernels for sm_90 with Triton's bundled ptxas; skips the
+    test when this Triton build ships no ptxas, fails it with the script's stderr otherwise."""
     import os
     import subprocess
     import sys
 
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    proc = subprocess.run([sys.executable, "-c", _ASSEMBLE], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=timeout)
     if proc.returncode != 0 and "ptxas" in proc.stderr and "not found" in proc.stderr.lower():
         pytest.skip("this Triton build ships no ptxas")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    counts = dict(tuple(map(int, line.split())) for line in proc.stdout.split("\n") if line.strip())
+    return proc.stdout
+
+
+def test_rows_kernel_assembles_for_sm90():
+    """Triton's bundled ptxas assembles the inline PTX for sm_90 (compiled in a fresh process)."""
+    out = sm90_build_stdout(_ASSEMBLE, timeout=600)
+    counts = dict(tuple(map(int, line.split())) for line in out.split("\n") if line.strip())
     # the LOP3s of the dequantization (4 per word, in the PTX once per word a thread holds) and the
     # flush's few: not multiplied by the rows (a per-row dequantization would make 4 rows ~4x 1 row)
     assert counts[4] < 1.5 * counts[1], counts
