@@ -26,10 +26,9 @@ import torch
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
-from optimum_amdx.kernels._w4a16_pipelined_ptx import pipelined_eligible
-from optimum_amdx.kernels._w4a16_rows_ptx import rows_eligible
-from optimum_amdx.kernels.runtime import arch_family, device_arch
-from optimum_amdx.kernels.w4a16 import W4A16Weight, choose_route, pack_gptq_int32, prepare_gptq_weight, w4a16_matmul
+from optimum_amdx.kernels.runtime import device_arch
+from optimum_amdx.kernels.w4a16 import (W4A16Weight, dispatch_route, pack_gptq_int32, prepare_gptq_weight,
+                                        w4a16_matmul)
 
 LLAMA_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 11008), (11008, 4096), (8192, 28672), (28672, 8192)]
 BATCH_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
@@ -237,13 +236,6 @@ def m1_table(copy_bw: float, shapes: list[tuple[int, int]]) -> list[dict[str, An
     return rows
 
 
-def dispatched_route(w: W4A16Weight, m: int) -> str:
-    """The route `w4a16_matmul` takes for `m` fp16 rows of `w` on this GPU."""
-    arch = device_arch()
-    return choose_route(m, arch_family(arch), w.out_features, few_rows=rows_eligible(arch, torch.float16, w),
-                        pipelined=pipelined_eligible(arch, w), weight_elems=w.in_features * w.out_features)
-
-
 def batch_table(copy_bw: float, mm_rate: float, shapes: list[tuple[int, int]], ms_list: list[int],
                 peers: bool) -> list[dict[str, Any]]:
     """Ours (the dispatcher's route) beside torch fp16 and the peers, with the floor: max(bytes / copy
@@ -261,7 +253,7 @@ def batch_table(copy_bw: float, mm_rate: float, shapes: list[tuple[int, int]], m
             best_peer = min((v for v in (gl, tg) if v == v), default=float("nan"))
             floor = max(call_bytes(w, m) / copy_bw, 2 * m * k * n / mm_rate) * 1e3  # ms
             r = {"K": k, "N": n, "M": m, "ours_ms": ours, "fp16_ms": fp16, "gemlite_ms": gl, "int4pack_ms": tg,
-                 "floor_ms": floor, "route": dispatched_route(w, m),
+                 "floor_ms": floor, "route": dispatch_route(m, w, torch.float16, device_arch()),
                  "vs_fp16": fp16 / ours, "vs_best_peer": best_peer / ours, "vs_own_m1": ours / m1,
                  "pct_copy_bw": 100 * call_bytes(w, m) / (ours * 1e-3) / copy_bw}
             rows.append(r)

@@ -105,6 +105,82 @@ def _x_tile(x_ptr, perm_ptr, k0, rows_p, offs_p, offs_m, m_mask, stride_xm, K, H
 
 
 @triton.jit
+def _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N: tl.constexpr,
+                  GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr,
+                  EVEN_N: tl.constexpr, NATURAL: tl.constexpr):
+    """The weight operand ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in x's dtype, from its packed words
+    [BLOCK_N, 16]: each of the 8 nibble planes ``(q - z) * s`` with its group's constants (CHUNKS: scale
+    groups per tile), joined in row order (NATURAL) or in the bit-reversed plane order. Shared by the
+    fused GEMM and the pipelined GEMM (`_w4a16_pipelined_ptx`)."""
+    dt = x_ptr.dtype.element_ty
+    w_l16 = packed << 16
+    w_l8 = packed << 8
+    w_r8 = packed >> 8
+    w_r16 = packed >> 16
+    s0, ce0, co0 = _group_sc(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+    if CHUNKS == 1:
+        s1, ce1, co1 = s0, ce0, co0
+        s2, ce2, co2 = s0, ce0, co0
+        s3, ce3, co3 = s0, ce0, co0
+        s4, ce4, co4 = s0, ce0, co0
+        s5, ce5, co5 = s0, ce0, co0
+        s6, ce6, co6 = s0, ce0, co0
+        s7, ce7, co7 = s0, ce0, co0
+    else:  # plane j holds rows k0 + 16j ..: its own group when a tile holds several
+        s1, ce1, co1 = _group_sc(s_ptr, z_ptr, k0 + 16, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        s2, ce2, co2 = _group_sc(s_ptr, z_ptr, k0 + 32, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        s3, ce3, co3 = _group_sc(s_ptr, z_ptr, k0 + 48, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        s4, ce4, co4 = _group_sc(s_ptr, z_ptr, k0 + 64, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        s5, ce5, co5 = _group_sc(s_ptr, z_ptr, k0 + 80, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        s6, ce6, co6 = _group_sc(s_ptr, z_ptr, k0 + 96, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        s7, ce7, co7 = _group_sc(s_ptr, z_ptr, k0 + 112, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+    w0 = _plane(w_l16, e7_bits, s0, ce0, 0).to(dt)
+    w1 = _plane(w_l8, e7_bits, s1, co1, 1).to(dt)
+    w2 = _plane(w_l8, e7_bits, s2, ce2, 2).to(dt)
+    w3 = _plane(packed, e7_bits, s3, co3, 3).to(dt)
+    w4 = _plane(packed, e7_bits, s4, ce4, 4).to(dt)
+    w5 = _plane(w_r8, e7_bits, s5, co5, 5).to(dt)
+    w6 = _plane(w_r8, e7_bits, s6, ce6, 6).to(dt)
+    w7 = _plane(w_r16, e7_bits, s7, co7, 7).to(dt)
+    # [BLOCK_N, 16, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c
+    wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
+    if NATURAL:  # [BLOCK_N, c, b, a, r]: position = plane * 16 + r = the tile's row, x needs no reorder
+        wt = tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
+    else:
+        wt = tl.reshape(wt, [BLOCK_N, 128])
+    return wt
+
+
+@triton.jit
+def _write_tile(acc, out_ptr, ws_ptr, cnt, n_splits, bias_ptr, offs_m, offs_n, m_mask, N, stride_om,
+                SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Store the float32 tile ``acc`` = out^T [BLOCK_N, BLOCK_M] (+ bias). With SPLIT > 1 (`n_splits`
+    programs share the tile along K), add it into the float32 workspace instead; the split that takes
+    the last ticket at `cnt` writes the sum and clears the workspace and the ticket (one graph-safe
+    launch). Shared with `_w4a16_pipelined_ptx`."""
+    out_mask = (offs_n < N)[:, None] & m_mask[None, :]
+    out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
+    if SPLIT == 1:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
+        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
+        tl.atomic_add(ws_ptrs, acc, mask=out_mask, sem="relaxed")
+        tl.debug_barrier()  # every thread's partial sums are issued before the ticket is taken
+        ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
+        if ticket == n_splits - 1:
+            old = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.int32),
+                                 mask=out_mask, sem="acq_rel")
+            total = old.to(tl.float32, bitcast=True)
+            if HAS_BIAS:
+                total += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
+            tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.debug_barrier()
+            tl.atomic_xchg(cnt, 0, sem="acq_rel")
+
+
+@triton.jit
 def _w4a16_gemm_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, perm_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, K, KT, stride_xm, stride_om, tiles_per_split, e7_bits,
@@ -114,7 +190,6 @@ def _w4a16_gemm_kernel(
     PREFETCH: tl.constexpr = 0,
 ):
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane)
-    PLANES: tl.constexpr = 8 // CHUNKS
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -137,7 +212,6 @@ def _w4a16_gemm_kernel(
     kt0 = pid_k * tiles_per_split
     kt1 = tl.minimum(KT, kt0 + tiles_per_split)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    dt = x_ptr.dtype.element_ty
     if PREFETCH > 0:
         packed = tl.load(qw_ptr + w_offs + kt0 * 2048)
         x_t = _x_tile(x_ptr, perm_ptr, kt0 * 128, rows_p, offs_p, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K, X_PREP)
@@ -157,68 +231,16 @@ def _w4a16_gemm_kernel(
         else:
             packed = tl.load(qw_ptr + w_offs + kt * 2048)
             x_t = _x_tile(x_ptr, perm_ptr, k0, rows_p, offs_p, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K, X_PREP)
-        w_l16 = packed << 16
-        w_l8 = packed << 8
-        w_r8 = packed >> 8
-        w_r16 = packed >> 16
-        s0, ce0, co0 = _group_sc(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-        if CHUNKS == 1:
-            s1, ce1, co1 = s0, ce0, co0
-            s2, ce2, co2 = s0, ce0, co0
-            s3, ce3, co3 = s0, ce0, co0
-            s4, ce4, co4 = s0, ce0, co0
-            s5, ce5, co5 = s0, ce0, co0
-            s6, ce6, co6 = s0, ce0, co0
-            s7, ce7, co7 = s0, ce0, co0
-        else:
-            s1, ce1, co1 = _group_sc(s_ptr, z_ptr, k0 + 16, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s2, ce2, co2 = _group_sc(s_ptr, z_ptr, k0 + 32, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s3, ce3, co3 = _group_sc(s_ptr, z_ptr, k0 + 48, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s4, ce4, co4 = _group_sc(s_ptr, z_ptr, k0 + 64, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s5, ce5, co5 = _group_sc(s_ptr, z_ptr, k0 + 80, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s6, ce6, co6 = _group_sc(s_ptr, z_ptr, k0 + 96, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s7, ce7, co7 = _group_sc(s_ptr, z_ptr, k0 + 112, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-        w0 = _plane(w_l16, e7_bits, s0, ce0, 0).to(dt)
-        w1 = _plane(w_l8, e7_bits, s1, co1, 1).to(dt)
-        w2 = _plane(w_l8, e7_bits, s2, ce2, 2).to(dt)
-        w3 = _plane(packed, e7_bits, s3, co3, 3).to(dt)
-        w4 = _plane(packed, e7_bits, s4, ce4, 4).to(dt)
-        w5 = _plane(w_r8, e7_bits, s5, co5, 5).to(dt)
-        w6 = _plane(w_r8, e7_bits, s6, ce6, 6).to(dt)
-        w7 = _plane(w_r16, e7_bits, s7, co7, 7).to(dt)
-        # [BLOCK_N, 16, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c
-        wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
-        if NATURAL:  # [BLOCK_N, c, b, a, r]: position = plane * 16 + r = the tile's row, x needs no reorder
-            wt = tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
-        else:
-            wt = tl.reshape(wt, [BLOCK_N, 128])
+        wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
+                           HAS_ZEROS, EVEN_K, EVEN_N, NATURAL)
         acc = tl.dot(wt, x_t, acc)
         if PREFETCH > 0:
             packed = packed_n
             x_t = x_n
         if PREFETCH > 1:
             packed_n = packed_nn
-    out_mask = (offs_n < N)[:, None] & m_mask[None, :]
-    out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-    if SPLIT == 1:
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
-        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
-    else:
-        ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
-        tl.atomic_add(ws_ptrs, acc, mask=out_mask, sem="relaxed")
-        tl.debug_barrier()  # every thread's partial sums are issued before the ticket is taken
-        cnt = cnt_ptr + pid_n * tl.num_programs(0) + pid_m
-        ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
-        if ticket == tl.num_programs(2) - 1:
-            old = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.int32),
-                                 mask=out_mask, sem="acq_rel")
-            total = old.to(tl.float32, bitcast=True)
-            if HAS_BIAS:
-                total += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
-            tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
-            tl.debug_barrier()
-            tl.atomic_xchg(cnt, 0, sem="acq_rel")
+    _write_tile(acc, out_ptr, ws_ptr, cnt_ptr + pid_n * tl.num_programs(0) + pid_m, tl.num_programs(2), bias_ptr,
+                offs_m, offs_n, m_mask, N, stride_om, SPLIT, HAS_BIAS, BLOCK_N, BLOCK_M)
 
 
 # ---------------------------------------------------------------- configs (keyed by arch family)
@@ -289,9 +311,14 @@ def launch_options(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
 
 def split_k(m_blocks: int, n_blocks: int, k_tiles: int, cfg: dict[str, Any], cus: int) -> tuple[int, int]:
     """(splits, K tiles per split): split K until the grid reaches ``waves`` programs per CU/SM, at
-    least two K tiles per split; a config may force ``SPLIT``. Every split is non-empty."""
-    want = cfg.get("SPLIT") or max(1, round(cfg.get("waves", 1) * cus / max(1, m_blocks * n_blocks)))
-    want = max(1, min(want, k_tiles // 2 if cfg.get("SPLIT") is None else k_tiles))
+    least ``min_k_tiles`` (default 2) K tiles per split; a config may force ``SPLIT``. Every split is
+    non-empty. The split count is the nearest to the target, or with ``within_waves`` the most that
+    stay within it (the pipelined GEMM: on an H100, 2 splits of 344 tiles at 16 rows, the nearest to
+    4 programs per SM, were 16 % slower than none; RESULTS.md section w4pipe)."""
+    tiles = max(1, m_blocks * n_blocks)
+    target = cfg.get("waves", 1) * cus / tiles
+    want = cfg.get("SPLIT") or max(1, int(target) if cfg.get("within_waves") else round(target))
+    want = max(1, min(want, k_tiles // cfg.get("min_k_tiles", 2) if cfg.get("SPLIT") is None else k_tiles))
     per = -(-k_tiles // want)
     return -(-k_tiles // per), per
 

@@ -15,15 +15,14 @@ build of the 256x128 config: 254 registers, no spill, 8 HGMMA per K tile
 
 Where it wins (H100, RESULTS.md section w4pipe): the rows between the fused GEMM and dequant + BLAS
 on wide outputs; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-major
-layout (`w4a16.W4A16Weight`), the same ``2**e + q`` dequantization and scale constants
-(`_w4a16_gemm_triton._plane` / `_group_sc`), and for act-order or a K off the 128-row tiles the
-activations are gathered once per call into the layout's row order (`_w4a16_gemm_triton.x_index`).
-Split-K, for grids that do not fill the GPU, adds float32 partial sums into a persistent workspace
-and the last split of a tile (a ticket) writes it, so one launch does it all and graphs can replay it.
+layout (`w4a16.W4A16Weight`) and dequantizes and writes its tiles with the fused GEMM's own helpers
+(`_w4a16_gemm_triton._dequant_tile` / `_write_tile`: the exact ``2**e + q`` trick, split-K into a
+persistent float32 workspace whose last split, by ticket, writes the tile, so one launch does it all
+and graphs can replay it). For act-order or a K off the 128-row tiles the activations are gathered
+once per call into the layout's row order (`_w4a16_gemm_triton.x_index`).
 
-NVIDIA only (inline PTX); AMD and the interpreter keep the fused GEMM. No AMD compile spec here, and
-no line of the `_*_triton` modules moves (their kernels' cache keys, and so the committed AMD compile
-tables, stay as they are).
+NVIDIA only (inline PTX); AMD keeps the fused GEMM, whose AMD compile specs cover the shared helpers,
+and the interpreter runs this kernel with plain loads (tests only). No AMD compile spec here.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._w4a16_gemm_triton import E7_BITS, TILE, _group_sc, _plane, _workspace, x_index
+from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, split_k, x_index
 from ._w4a16_triton import _chunks, _group_arg
 from .runtime import compute_units
 
@@ -84,70 +83,21 @@ def _w4a16_pipelined_kernel(
     kt0 = pid_k * tiles_per_split
     kt1 = tl.minimum(KT, kt0 + tiles_per_split)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    dt = x_ptr.dtype.element_ty
     for kt in range(kt0, kt1):
         k0 = kt * 128
         packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
         x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
-        w_l16 = packed << 16
-        w_l8 = packed << 8
-        w_r8 = packed >> 8
-        w_r16 = packed >> 16
-        s0, ce0, co0 = _group_sc(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-        if CHUNKS == 1:
-            w1 = _plane(w_l8, e7_bits, s0, co0, 1).to(dt)
-            w2 = _plane(w_l8, e7_bits, s0, ce0, 2).to(dt)
-            w3 = _plane(packed, e7_bits, s0, co0, 3).to(dt)
-            w4 = _plane(packed, e7_bits, s0, ce0, 4).to(dt)
-            w5 = _plane(w_r8, e7_bits, s0, co0, 5).to(dt)
-            w6 = _plane(w_r8, e7_bits, s0, ce0, 6).to(dt)
-            w7 = _plane(w_r16, e7_bits, s0, co0, 7).to(dt)
-        else:  # plane j holds rows k0 + 16j ..: its own group when a tile holds several
-            s1, ce1, co1 = _group_sc(s_ptr, z_ptr, k0 + 16, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s2, ce2, co2 = _group_sc(s_ptr, z_ptr, k0 + 32, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s3, ce3, co3 = _group_sc(s_ptr, z_ptr, k0 + 48, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s4, ce4, co4 = _group_sc(s_ptr, z_ptr, k0 + 64, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s5, ce5, co5 = _group_sc(s_ptr, z_ptr, k0 + 80, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s6, ce6, co6 = _group_sc(s_ptr, z_ptr, k0 + 96, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            s7, ce7, co7 = _group_sc(s_ptr, z_ptr, k0 + 112, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-            w1 = _plane(w_l8, e7_bits, s1, co1, 1).to(dt)
-            w2 = _plane(w_l8, e7_bits, s2, ce2, 2).to(dt)
-            w3 = _plane(packed, e7_bits, s3, co3, 3).to(dt)
-            w4 = _plane(packed, e7_bits, s4, ce4, 4).to(dt)
-            w5 = _plane(w_r8, e7_bits, s5, co5, 5).to(dt)
-            w6 = _plane(w_r8, e7_bits, s6, ce6, 6).to(dt)
-            w7 = _plane(w_r16, e7_bits, s7, co7, 7).to(dt)
-        w0 = _plane(w_l16, e7_bits, s0, ce0, 0).to(dt)
-        # [BLOCK_N, 16, 2, 2, 2] (plane a + 2b + 4c) -> [BLOCK_N, c, b, a, r]: operand column = tile row
-        wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
-        wt = tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
+        wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
+                           HAS_ZEROS, EVEN_K, EVEN_N, True)
         acc = tl.dot(wt, x_t, acc)
-    out_mask = (offs_n < N)[:, None] & m_mask[None, :]
-    out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-    if SPLIT == 1:
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
-        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)
-    else:  # float32 partial sums; the last split of this tile (its ticket) writes and clears them
-        ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
-        tl.atomic_add(ws_ptrs, acc, mask=out_mask, sem="relaxed")
-        tl.debug_barrier()
-        cnt = cnt_ptr + pid
-        if tl.atomic_add(cnt, 1, sem="acq_rel") == SPLIT - 1:
-            old = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.int32),
-                                 mask=out_mask, sem="acq_rel")
-            total = old.to(tl.float32, bitcast=True)
-            if HAS_BIAS:
-                total += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
-            tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
-            tl.debug_barrier()
-            tl.atomic_xchg(cnt, 0, sem="acq_rel")
+    _write_tile(acc, out_ptr, ws_ptr, cnt_ptr + pid, SPLIT, bias_ptr, offs_m, offs_n, m_mask, N, stride_om, SPLIT,
+                HAS_BIAS, BLOCK_N, BLOCK_M)
 
 
 PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # tiles and launch options by the call's class (`pipelined_config`), from the H100 sweeps (RESULTS.md,
-    # section w4pipe). "waves": split K until (tiles x splits) reaches that many programs per SM, keeping
-    # at least "min_k_tiles" K tiles per split.
+    # section w4pipe). K splits (`_w4a16_gemm_triton.split_k`, always ``within_waves`` here): the most that
+    # keep (tiles x splits) within "waves" programs per SM, at least "min_k_tiles" K tiles per split.
     "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8},
     "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8},
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8},
@@ -161,8 +111,11 @@ LONG_K = 8192
 rows on: few column tiles, many K tiles to share out."""
 
 
-def pipelined_config(m: int, k: int, narrow: bool) -> dict[str, Any]:
-    """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns."""
+def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1) -> dict[str, Any]:
+    """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns;
+    `chunks`: scale groups per 128-row tile. The 256x128 tile only serves one group per tile: with more,
+    its sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0; none with 3.7.1), so those
+    layouts keep 64x64 tiles, which do not."""
     if m <= 16:
         name = "rows16"
     elif m <= 32 and narrow and k <= LONG_K:  # few column tiles and a short K: split it further
@@ -171,23 +124,11 @@ def pipelined_config(m: int, k: int, narrow: bool) -> dict[str, Any]:
         name = "rows32"
     elif narrow and k > LONG_K:
         name = "narrow_long_k"
-    elif m <= 128:
+    elif m <= 128 or chunks > 1:
         name = "rows128"
     else:
         name = "rows256"
     return dict(PIPELINED_CONFIGS[name])
-
-
-def k_splits(tiles: int, k_tiles: int, cfg: dict[str, Any], cus: int) -> tuple[int, int]:
-    """(splits, K tiles per split): the most K splits that keep ``tiles x splits`` within ``waves``
-    programs per SM (rounding up overshot: on an H100, 2 splits of 344 tiles at 16 rows were 16 %
-    slower than none), at least ``min_k_tiles`` K tiles per split (a short K gains less from a split
-    than its float32 partial sums cost); a config may force ``SPLIT``. Every split is non-empty."""
-    want = cfg.get("SPLIT") or max(1, int(cfg.get("waves", 1) * cus / max(1, tiles)))
-    if cfg.get("SPLIT") is None:
-        want = min(want, max(1, k_tiles // cfg.get("min_k_tiles", 2)))
-    per = -(-k_tiles // max(1, min(want, k_tiles)))
-    return -(-k_tiles // per), per
 
 
 def pipelined_eligible(arch: str, w: "W4A16Weight") -> bool:
@@ -206,7 +147,9 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
                          "kernel-ready weight")
     m = x2.shape[0]
     k, n = w.in_features, w.out_features
-    cfg = dict(config or pipelined_config(m, k, narrow))
+    gs = _group_arg(w)
+    cfg = dict(config or pipelined_config(m, k, narrow, _chunks(gs)))
+    cfg.setdefault("within_waves", True)  # this kernel's split rule (see `split_k`)
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if TILE % block_n:
         raise ValueError(f"BLOCK_N={block_n} must divide the layout's {TILE}-column tile")
@@ -216,10 +159,9 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     else:
         x_src = x2
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    splits, per = k_splits(tiles, w.k_tiles, cfg, compute_units(x2.device))
+    splits, per = split_k(tiles, 1, w.k_tiles, cfg, compute_units(x2.device))
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles
     ws, cnt = _workspace(x2.device, n, m) if splits > 1 else (out, out)
-    gs = _group_arg(w)
     _w4a16_pipelined_kernel[(tiles, splits)](
         x_src, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
         bias if bias is not None else w.scales, out, ws, cnt,

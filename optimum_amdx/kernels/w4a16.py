@@ -42,6 +42,7 @@ __all__ = [
     "w4a16_matmul",
     "w4a16_matmul_reference",
     "choose_route",
+    "dispatch_route",
     "STREAM_MAX_M",
     "ROUTE_LIMITS",
     "RouteLimits",
@@ -461,6 +462,18 @@ def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = 
     return "gemm" if m <= (lim.gemm_max_narrow if narrow else lim.gemm_max_wide) else "dequant"
 
 
+def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> str:
+    """The route `w4a16_matmul` takes for `m` rows of `dtype` activations times `w` on `arch` (a
+    `runtime.device_arch` string; "cpu" for the interpreter): `choose_route` with the weight's shape
+    and which NVIDIA-only kernels can serve it."""
+    from . import _w4a16_pipelined_ptx as kp
+    from . import _w4a16_rows_ptx as kr
+    from .runtime import arch_family
+
+    return choose_route(m, arch_family(arch), w.out_features, few_rows=kr.rows_eligible(arch, dtype, w),
+                        pipelined=kp.pipelined_eligible(arch, w), weight_elems=w.in_features * w.out_features)
+
+
 def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None,
                  route: Optional[str] = None, config: Optional[dict[str, Any]] = None) -> "torch.Tensor":
     """``x [..., K] @ W [K, N] (+ bias)`` for a prepared GPTQ weight, output ``[..., N]`` in x's dtype.
@@ -473,10 +486,8 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
     _check_x(x, w)
     if not (w.kernel_ready and use_triton(x, w.qweight)):
         return w4a16_matmul_reference(x, w, bias)
-    from . import _w4a16_pipelined_ptx as kp
-    from . import _w4a16_rows_ptx as kr
     from . import _w4a16_triton as kt
-    from .runtime import arch_family, device_arch, interpret_mode
+    from .runtime import device_arch, interpret_mode
 
     k, n = w.in_features, w.out_features
     x2 = x.reshape(-1, k)
@@ -484,9 +495,7 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
         x2 = x2.contiguous()
     m = x2.shape[0]
     arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
-    if route is None:
-        route = choose_route(m, arch_family(arch), n, few_rows=kr.rows_eligible(arch, x2.dtype, w),
-                             pipelined=kp.pipelined_eligible(arch, w), weight_elems=k * n)
+    route = route or dispatch_route(m, w, x2.dtype, arch)
     if route == "dequant":
         out = kt.dequant_matmul(x2, w, bias, arch)
     elif route == "gemm":
@@ -499,9 +508,13 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
             rows = slice(m0, min(m, m0 + kt.WS_ROWS))
             kt.stream_matmul(x2[rows], w, bias, out[rows], arch, config)
     elif route == "rows":
+        from . import _w4a16_rows_ptx as kr
+
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
         kr.rows_matmul(x2, w, bias, out, arch, config)
     elif route == "pipelined":
+        from . import _w4a16_pipelined_ptx as kp
+
         out = kp.pipelined_matmul(x2, w, bias, arch, config, narrow=n < WIDE_N)
     else:
         raise InvalidArgumentError(

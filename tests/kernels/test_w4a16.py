@@ -331,7 +331,9 @@ def test_dispatch_and_grid_choices():
             assert choose_route(wide + 1, fam, WIDE_N, pipelined=True, weight_elems=big) != "pipelined"
             assert choose_route(narrow + 1, fam, 4096, pipelined=True, weight_elems=big) != "pipelined"
             assert choose_route(lo, fam, WIDE_N, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT) == "gemm"
-        assert choose_route(stream_max + 1, fam, WIDE_N, pipelined=False, weight_elems=big) != "pipelined"
+        else:  # no row count takes it here, even for a weight it could serve
+            assert all(choose_route(m, fam, WIDE_N, pipelined=True, weight_elems=big) != "pipelined"
+                       for m in range(1, 1025))
     big, small = kg.gemm_config("sm_90", 64, 4096 * 14336), kg.gemm_config("sm_90", 64, 4096 * 4096)
     assert "SMALL" not in big and big["BLOCK_M"] == 64 and small["num_warps"] != big["num_warps"]
     assert choose_route(1 << 20, "cpu") == "gemm"  # the interpreter never tests the BLAS on its own

@@ -27,6 +27,10 @@ def test_pipelined_route_only_on_nvidia_targets():
 
 _BUILD = """
 import json
+import os
+import re
+import subprocess
+import tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -35,9 +39,15 @@ from optimum_amdx.kernels import _w4a16_pipelined_ptx as kp
 sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
        "out_ptr": "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "KT": "i32",
        "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
+# the register spills ptxas made: the STACK of the cubin's kernel (Triton ships cuobjdump beside ptxas)
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+os.chdir(tempfile.mkdtemp())
 seen = []
 for name, cfg in kp.PIPELINED_CONFIGS.items():
-    for chunks, zeros, split in ((1, False, 1), (4, True, 2)):
+    # the layouts each config serves: one group per tile, and four (g32, asym, split K) except on the
+    # 256x128 tile, which `pipelined_config` gives one-group layouts only
+    served = [(1, False, 1)] if name == "rows256" else [(1, False, 1), (4, True, 2)]
+    for chunks, zeros, split in served:
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
                 "EVEN_N": True, "PTX_LOADS": True}
@@ -47,9 +57,13 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
                            target=GPUTarget("cuda", 90, 32),
                            options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
         ir = c.asm["ttgir"]
-        seen.append({"config": name, "cubin": len(c.asm["cubin"]), "wgmma": ir.count("ttng.warp_group_dot "),
+        with open("kernel.cubin", "wb") as f:
+            f.write(c.asm["cubin"])
+        usage = subprocess.run([cuobjdump, "-res-usage", "kernel.cubin"], capture_output=True, text=True,
+                               check=True).stdout
+        seen.append({"config": name, "wgmma": ir.count("ttng.warp_group_dot "),
                      "async_copies": ir.count("ttg.async_copy_global_to_local"), "local_loads": ir.count("ttg.local_load"),
-                     "ptx_local": c.asm["ptx"].count(".local")})
+                     "stack": [int(v) for v in re.findall(r"STACK:(\d+)", usage)]})
 print(json.dumps(seen))
 """
 
@@ -64,30 +78,34 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
 
     builds = json.loads(sm90_build_stdout(_BUILD).strip().splitlines()[-1])
 
-    assert len(builds) == 2 * len(PIPELINED_CONFIGS)
+    assert len(builds) == 2 * len(PIPELINED_CONFIGS) - 1  # the 256x128 tile serves one group per tile only
     for b in builds:
-        assert b["cubin"] > 0 and b["wgmma"] >= 1, b
+        assert b["wgmma"] >= 1, b
         assert b["async_copies"] >= 2, b  # at least double-buffered activations
         assert b["local_loads"] == 0, b  # the weight operand never goes through shared memory
-        assert b["ptx_local"] == 0, b  # no local (spill) memory in the PTX
+        assert b["stack"] == [0], b  # ptxas spilled no register
 
 
 def test_pipelined_configs_and_k_splits():
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import LONG_K, k_splits, pipelined_config
+    from optimum_amdx.kernels._w4a16_gemm_triton import split_k
+    from optimum_amdx.kernels._w4a16_pipelined_ptx import LONG_K, pipelined_config
 
     assert pipelined_config(16, 4096, False)["BLOCK_M"] == 16 and pipelined_config(32, 4096, True)["BLOCK_M"] == 32
     assert pipelined_config(24, 4096, True)["waves"] > pipelined_config(24, 4096, False)["waves"]  # narrow: split K
     assert pipelined_config(64, 4096, True)["BLOCK_M"] == 32  # narrow, short K: more column tiles
     assert pipelined_config(64, LONG_K + 1, True)["BLOCK_N"] == 128  # narrow, long K: split K
     assert pipelined_config(128, 4096, False)["BLOCK_M"] == 64 and pipelined_config(200, 4096, False)["BLOCK_M"] == 256
+    assert pipelined_config(200, 4096, False, chunks=4)["BLOCK_M"] == 64  # 256x128 spills with 4 groups per tile
+    within = {"within_waves": True}
     # 32 tiles on 132 SMs at 2 waves want 8 splits; 112 K tiles allow 7 of 16; every split non-empty
-    assert k_splits(32, 112, {"waves": 2, "min_k_tiles": 16}, 132) == (7, 16)
-    assert k_splits(32, 32, {"waves": 2, "min_k_tiles": 16}, 132) == (2, 16)
-    assert k_splits(400, 32, {"waves": 1}, 132) == (1, 32)
-    # never past the waves: 344 tiles at 4 per SM (528 programs) stay one split, 224 take two
-    assert k_splits(344, 32, {"waves": 4, "min_k_tiles": 8}, 132) == (1, 32)
-    assert k_splits(224, 32, {"waves": 4, "min_k_tiles": 8}, 132) == (2, 16)
-    assert k_splits(4, 5, {"SPLIT": 4}, 132) == (3, 2)
+    assert split_k(32, 1, 112, {"waves": 2, "min_k_tiles": 16, **within}, 132) == (7, 16)
+    assert split_k(32, 1, 32, {"waves": 2, "min_k_tiles": 16, **within}, 132) == (2, 16)
+    assert split_k(400, 1, 32, {"waves": 1, **within}, 132) == (1, 32)
+    # within the waves: 344 tiles at 4 per SM (528 programs) stay one split (the nearest would be two)
+    assert split_k(344, 1, 32, {"waves": 4, "min_k_tiles": 8, **within}, 132) == (1, 32)
+    assert split_k(344, 1, 32, {"waves": 4, "min_k_tiles": 8}, 132) == (2, 16)
+    assert split_k(224, 1, 32, {"waves": 4, "min_k_tiles": 8, **within}, 132) == (2, 16)
+    assert split_k(4, 1, 5, {"SPLIT": 4}, 132) == (3, 2)
 
 
 def _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
