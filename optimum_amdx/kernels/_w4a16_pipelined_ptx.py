@@ -53,13 +53,145 @@ def _ld_words(ptrs, PTX: tl.constexpr):
         return tl.load(ptrs)
 
 
+# Two nibble planes of two words at once, in fp16 (the trick of the stream kernel's packed loop, here
+# producing MMA operands). One PRMT gathers byte b of word A (r) and of word B (the next word in the
+# thread's registers) into bytes 0 and 2, so one LOP3 with 0x000F000F (plane 2b) or 0x00F000F0 (plane
+# 2b + 1) or-ed with fp16x2 (1024, 1024) makes (1024 + q, 1024 + q') or (1024 + 16q, ...). One add of
+# -(1024 + z) (or one fma by 1/16 with -(64 + z)) makes q - z exactly, one multiply by the scale rounds
+# once: 3.5 instructions per two weights, against 5 per weight on the float32 path. Operands: $0, $1
+# the planes; $2, $3 the words; $4, $5 the scales of the two planes (fp16x2); $6 -(1024 + z) of the
+# even plane, $7 -(64 + z) of the odd one.
+def _planes_asm(sel: str) -> str:
+    return f"""{{
+.reg .b32 t, e, o, c16;
+prmt.b32 t, $2, $3, {sel};
+mov.b32 c16, 0x2C002C00;
+lop3.b32 e, t, 0x000F000F, 0x64006400, 0xea;
+lop3.b32 o, t, 0x00F000F0, 0x64006400, 0xea;
+add.rn.f16x2 e, e, $6;
+fma.rn.f16x2 o, o, c16, $7;
+mul.rn.f16x2 $0, e, $4;
+mul.rn.f16x2 $1, o, $5;
+}}"""
+
+
+_PLANES_ASM_0 = tl.constexpr(_planes_asm("0x4400"))  # byte b of each word into bytes 0 and 2
+_PLANES_ASM_1 = tl.constexpr(_planes_asm("0x5511"))
+_PLANES_ASM_2 = tl.constexpr(_planes_asm("0x6622"))
+_PLANES_ASM_3 = tl.constexpr(_planes_asm("0x7733"))
+
+
+@triton.jit
+def _planes(words, s_e, s_o, zl, zh, B: tl.constexpr):
+    """fp16 planes 2B and 2B + 1 ``(q - z) * s`` of `words` ([BLOCK_N, 16] int32, pairs of adjacent
+    elements share one asm instance). Each result element depends only on its own word, scale and zero:
+    correct whatever the register layout, which only decides how many moves the MMA operand needs."""
+    if B == 0:
+        r = tl.inline_asm_elementwise(_PLANES_ASM_0, "=r,=r,r,r,r,r,r,r", [words, s_e, s_o, zl, zh],
+                                      dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
+    elif B == 1:
+        r = tl.inline_asm_elementwise(_PLANES_ASM_1, "=r,=r,r,r,r,r,r,r", [words, s_e, s_o, zl, zh],
+                                      dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
+    elif B == 2:
+        r = tl.inline_asm_elementwise(_PLANES_ASM_2, "=r,=r,r,r,r,r,r,r", [words, s_e, s_o, zl, zh],
+                                      dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
+    else:
+        r = tl.inline_asm_elementwise(_PLANES_ASM_3, "=r,=r,r,r,r,r,r,r", [words, s_e, s_o, zl, zh],
+                                      dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
+    return r
+
+
+@triton.jit
+def _group_raw(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZEROS: tl.constexpr,
+               EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
+    """fp16 scale and zero ([BLOCK_N]) of the group of sorted input row `row` (clamped to K - 1 for
+    padded rows); z = 8 without zeros."""
+    if GROUP_SIZE == 0:
+        g = 0
+    elif EVEN_K:
+        g = row // GROUP_SIZE
+    else:
+        g = tl.minimum(row, K - 1) // GROUP_SIZE
+    ptrs = g * N + offs_n
+    n_ok = offs_n < N
+    if EVEN_N:
+        s = tl.load(s_ptr + ptrs).to(tl.float16)
+    else:
+        s = tl.load(s_ptr + ptrs, mask=n_ok, other=0.0).to(tl.float16)
+    if HAS_ZEROS:
+        if EVEN_N:
+            z = tl.load(z_ptr + ptrs).to(tl.float16)
+        else:
+            z = tl.load(z_ptr + ptrs, mask=n_ok, other=0.0).to(tl.float16)
+    else:
+        z = tl.full(s.shape, 8.0, tl.float16)
+    return s, z
+
+
+@triton.jit
+def _group_h(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZEROS: tl.constexpr,
+             EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
+    """`_planes`' operands of a group: fp16 scale, -(1024 + z) and -(64 + z), [BLOCK_N, 16]."""
+    s, z = _group_raw(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+    return _bcast_h(s, z)
+
+
+@triton.jit
+def _bcast_h(s, z):
+    shape: tl.constexpr = [s.shape[0], 16]
+    return (tl.broadcast_to(s[:, None], shape), tl.broadcast_to((-1024.0 - z)[:, None], shape),
+            tl.broadcast_to((-64.0 - z)[:, None], shape))
+
+
+@triton.jit
+def _dequant_tile_h(packed, s_first, z_first, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr,
+                    GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr,
+                    EVEN_N: tl.constexpr):
+    """`_w4a16_gemm_triton._dequant_tile` for fp16 activations on NVIDIA (`_planes`, inline PTX): the
+    weight operand ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in row order. `s_first` / `z_first`: the
+    raw scale and zero of the tile's first group (`_group_raw`, loaded ahead by the caller); the
+    other groups of a tile holding several are read here."""
+    s0, zl0, zh0 = _bcast_h(s_first, z_first)
+    if CHUNKS == 1:
+        w0, w1 = _planes(packed, s0, s0, zl0, zh0, 0)
+        w2, w3 = _planes(packed, s0, s0, zl0, zh0, 1)
+        w4, w5 = _planes(packed, s0, s0, zl0, zh0, 2)
+        w6, w7 = _planes(packed, s0, s0, zl0, zh0, 3)
+    else:  # plane j holds rows k0 + 16j ..: CHUNKS groups per tile, each group read once
+        s4, zl4, zh4 = _group_h(s_ptr, z_ptr, k0 + 64, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        if CHUNKS >= 4:
+            s2, zl2, zh2 = _group_h(s_ptr, z_ptr, k0 + 32, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            s6, zl6, zh6 = _group_h(s_ptr, z_ptr, k0 + 96, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        else:
+            s2, zl2, zh2 = s0, zl0, zh0
+            s6, zl6, zh6 = s4, zl4, zh4
+        if CHUNKS >= 8:
+            s1, zl1, zh1 = _group_h(s_ptr, z_ptr, k0 + 16, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            s3, zl3, zh3 = _group_h(s_ptr, z_ptr, k0 + 48, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            s5, zl5, zh5 = _group_h(s_ptr, z_ptr, k0 + 80, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+            s7, zl7, zh7 = _group_h(s_ptr, z_ptr, k0 + 112, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        else:
+            s1, zl1, zh1 = s0, zl0, zh0
+            s3, zl3, zh3 = s2, zl2, zh2
+            s5, zl5, zh5 = s4, zl4, zh4
+            s7, zl7, zh7 = s6, zl6, zh6
+        w0, w1 = _planes(packed, s0, s1, zl0, zh1, 0)
+        w2, w3 = _planes(packed, s2, s3, zl2, zh3, 1)
+        w4, w5 = _planes(packed, s4, s5, zl4, zh5, 2)
+        w6, w7 = _planes(packed, s6, s7, zl6, zh7, 3)
+    # [BLOCK_N, 16, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c; then position = plane * 16 + r
+    wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
+    return tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
+
+
 @triton.jit
 def _w4a16_pipelined_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, K, KT, stride_xm, stride_om, tiles_per_split, e7_bits,
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, PREFETCH: tl.constexpr = 0,
+    HALF_DEQ: tl.constexpr = False,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -83,27 +215,68 @@ def _w4a16_pipelined_kernel(
     kt0 = pid_k * tiles_per_split
     kt1 = tl.minimum(KT, kt0 + tiles_per_split)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    # PREFETCH = D (0-2): the words, activations and first-group scale/zero of K tile kt + D are loaded
+    # in iteration kt and wait in a ring of D register tiles. ptxas sinks each load to the end of its
+    # iteration, so D = 2 leaves a whole iteration between a load and its use. With D > 0 Triton's own
+    # pipeliner leaves the loop alone (sm_90 TTGIR: no async copy), so the activations are in the ring
+    # too and the MMA is waited on every iteration; with D = 0 it stages the activations (cp.async) and
+    # the words and scales are loaded where they are used. The last tiles re-read the split's last tile
+    # (clamped) instead of branching.
+    last = kt1 - 1
+    if PREFETCH > 0:
+        w_r0 = _ld_words(qw_ptr + w_offs + kt0 * 2048, PTX_LOADS)
+        x_r0 = tl.load(x_ptrs + kt0 * 128, mask=m_mask[None, :], other=0.0)
+        s_r0, z_r0 = _group_raw(s_ptr, z_ptr, kt0 * 128, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+    if PREFETCH > 1:
+        k1 = tl.minimum(kt0 + 1, last)
+        w_r1 = _ld_words(qw_ptr + w_offs + k1 * 2048, PTX_LOADS)
+        x_r1 = tl.load(x_ptrs + k1 * 128, mask=m_mask[None, :], other=0.0)
+        s_r1, z_r1 = _group_raw(s_ptr, z_ptr, k1 * 128, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
     for kt in range(kt0, kt1):
         k0 = kt * 128
-        packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
-        x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
-        wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
-                           HAS_ZEROS, EVEN_K, EVEN_N, True)
+        if PREFETCH == 0:
+            packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
+            x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
+            s_t, z_t = _group_raw(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        else:
+            packed, x_t, s_t, z_t = w_r0, x_r0, s_r0, z_r0
+            kn = tl.minimum(kt + PREFETCH, last)
+            w_n = _ld_words(qw_ptr + w_offs + kn * 2048, PTX_LOADS)
+            x_n = tl.load(x_ptrs + kn * 128, mask=m_mask[None, :], other=0.0)
+            s_n, z_n = _group_raw(s_ptr, z_ptr, kn * 128, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+        if HALF_DEQ:
+            wt = _dequant_tile_h(packed, s_t, z_t, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS,
+                                 HAS_ZEROS, EVEN_K, EVEN_N)
+        else:  # the float32 path reads its own scales (the ones above are then unused and dropped)
+            wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
+                               HAS_ZEROS, EVEN_K, EVEN_N, True)
         acc = tl.dot(wt, x_t, acc)
+        if PREFETCH == 1:
+            w_r0, x_r0, s_r0, z_r0 = w_n, x_n, s_n, z_n
+        elif PREFETCH == 2:
+            w_r0, x_r0, s_r0, z_r0 = w_r1, x_r1, s_r1, z_r1
+            w_r1, x_r1, s_r1, z_r1 = w_n, x_n, s_n, z_n
     _write_tile(acc, out_ptr, ws_ptr, cnt_ptr + pid, SPLIT, bias_ptr, offs_m, offs_n, m_mask, N, stride_om, SPLIT,
                 HAS_BIAS, BLOCK_N, BLOCK_M)
 
 
 PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # tiles and launch options by the call's class (`pipelined_config`), from the H100 sweeps (RESULTS.md,
-    # section w4pipe). K splits (`_w4a16_gemm_triton.split_k`, always ``within_waves`` here): the most that
-    # keep (tiles x splits) within "waves" programs per SM, at least "min_k_tiles" K tiles per split.
-    "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8},
-    "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8},
-    "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8},
-    "rows128": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 16},
+    # sections w4pipe and w4half). K splits (`_w4a16_gemm_triton.split_k`, always ``within_waves`` here):
+    # the most that keep (tiles x splits) within "waves" programs per SM, at least "min_k_tiles" K tiles
+    # per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_planes`); PREFETCH: K tiles
+    # loaded ahead (see the kernel); F32: overrides where the float32 dequantization runs (bf16), which
+    # keeps the round-6 values (the fp16 ones measured 5-12 % slower there).
+    "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 6, "min_k_tiles": 8,
+               "HALF_DEQ": True, "F32": {"waves": 4}},
+    "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8,
+               "HALF_DEQ": True, "PREFETCH": 1, "F32": {"PREFETCH": 0}},
+    "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
+                 "HALF_DEQ": True, "PREFETCH": 1, "F32": {"PREFETCH": 0}},
+    "rows128": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 16,
+                "HALF_DEQ": True},
     "narrow_long_k": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2,
-                      "min_k_tiles": 16},
+                      "min_k_tiles": 16, "HALF_DEQ": True},
     "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},
 }
 LONG_K = 8192
@@ -111,11 +284,12 @@ LONG_K = 8192
 rows on: few column tiles, many K tiles to share out."""
 
 
-def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1) -> dict[str, Any]:
+def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool = True) -> dict[str, Any]:
     """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns;
-    `chunks`: scale groups per 128-row tile. The 256x128 tile only serves one group per tile: with more,
-    its sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0; none with 3.7.1), so those
-    layouts keep 64x64 tiles, which do not."""
+    `chunks`: scale groups per 128-row tile; `half`: fp16 activations (else the class's F32 overrides
+    apply and HALF_DEQ is off). The 256x128 tile only serves one group per tile: with more, its sm_90
+    build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0; none with 3.7.1), so those layouts keep
+    64x64 tiles, which do not."""
     if m <= 16:
         name = "rows16"
     elif m <= 32 and narrow and k <= LONG_K:  # few column tiles and a short K: split it further
@@ -128,7 +302,11 @@ def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1) -> dict[str,
         name = "rows128"
     else:
         name = "rows256"
-    return dict(PIPELINED_CONFIGS[name])
+    cfg = dict(PIPELINED_CONFIGS[name])
+    f32 = cfg.pop("F32", {})
+    if not half:
+        cfg.update(f32, HALF_DEQ=False)
+    return cfg
 
 
 def pipelined_eligible(arch: str, w: "W4A16Weight") -> bool:
@@ -148,11 +326,14 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     m = x2.shape[0]
     k, n = w.in_features, w.out_features
     gs = _group_arg(w)
-    cfg = dict(config or pipelined_config(m, k, narrow, _chunks(gs)))
+    half = x2.dtype == torch.float16
+    cfg = dict(config or pipelined_config(m, k, narrow, _chunks(gs), half))
     cfg.setdefault("within_waves", True)  # this kernel's split rule (see `split_k`)
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if TILE % block_n:
         raise ValueError(f"BLOCK_N={block_n} must divide the layout's {TILE}-column tile")
+    if cfg.get("PREFETCH", 0) not in (0, 1, 2):
+        raise ValueError(f"PREFETCH={cfg['PREFETCH']}: the kernel keeps 0, 1 or 2 K tiles in flight")
     out = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
     if w.perm is not None or k % TILE:  # x in the layout's row order, zero columns for the padded rows
         x_src = torch.nn.functional.pad(x2, (0, 1)).index_select(1, x_index(w, True))
@@ -168,7 +349,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         m, n, k, w.k_tiles, x_src.stride(0), out.stride(0), per, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=block_n, GROUP_M=cfg.get("GROUP_M", 8),
         SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
-        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu",
+        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu", PREFETCH=int(cfg.get("PREFETCH", 0)),
+        HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and arch != "cpu" and half,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out

@@ -412,10 +412,10 @@ class RouteLimits(NamedTuple):
 
 
 ROUTE_LIMITS: dict[str, RouteLimits] = {
-    "hopper": RouteLimits(1, 3, 128, 64, 9, 256, 128),
+    "hopper": RouteLimits(1, 3, 128, 64, 4, 256, 128),
     "cdna": RouteLimits(1, 1, 128, 64, 0, 0, 0),
     "rdna3": RouteLimits(1, 1, 128, 64, 0, 0, 0),
-    "default": RouteLimits(1, 3, 128, 64, 9, 256, 128),
+    "default": RouteLimits(1, 3, 128, 64, 4, 256, 128),
     "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0),
 }
 """The dispatcher's thresholds, all of them, per arch family (`RouteLimits`). Up to ``stream_max`` rows

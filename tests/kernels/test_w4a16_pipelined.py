@@ -50,7 +50,8 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
     for chunks, zeros, split in served:
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
-                "EVEN_N": True, "PTX_LOADS": True}
+                "EVEN_N": True, "PTX_LOADS": True, "PREFETCH": cfg.get("PREFETCH", 0),
+                "HALF_DEQ": cfg.get("HALF_DEQ", False)}
         s = dict(sig, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
         c = triton.compile(ASTSource(fn=kp._w4a16_pipelined_kernel, signature=s, constexprs=cons, attrs=attrs),
@@ -61,7 +62,8 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
             f.write(c.asm["cubin"])
         usage = subprocess.run([cuobjdump, "-res-usage", "kernel.cubin"], capture_output=True, text=True,
                                check=True).stdout
-        seen.append({"config": name, "wgmma": ir.count("ttng.warp_group_dot "),
+        seen.append({"config": name, "prefetch": cons["PREFETCH"], "half": cons["HALF_DEQ"],
+                     "f16x2_muls": c.asm["ptx"].count("mul.rn.f16x2"), "wgmma": ir.count("ttng.warp_group_dot "),
                      "async_copies": ir.count("ttg.async_copy_global_to_local"), "local_loads": ir.count("ttg.local_load"),
                      "stack": [int(v) for v in re.findall(r"STACK:(\d+)", usage)]})
 print(json.dumps(seen))
@@ -70,8 +72,10 @@ print(json.dumps(seen))
 
 def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers():
     """Compiled in a fresh process with the interpreter off. What makes the kernel worth having: the
-    activations are staged by asynchronous copies (pipelined), the dequantized weight feeds ``wgmma``
-    straight from registers (no shared-memory round trip: no ``local_load``), and nothing spills."""
+    activations are staged ahead, by Triton's asynchronous copies without PREFETCH or in the kernel's
+    register ring with it (the pipeliner then leaves the loop alone, as the kernel's comment says), the
+    dequantized weight feeds ``wgmma`` straight from registers (no shared-memory round trip: no
+    ``local_load``), the fp16 configs dequantize with the packed fp16 asm, and nothing spills."""
     import json
 
     from optimum_amdx.kernels._w4a16_pipelined_ptx import PIPELINED_CONFIGS
@@ -81,7 +85,11 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
     assert len(builds) == 2 * len(PIPELINED_CONFIGS) - 1  # the 256x128 tile serves one group per tile only
     for b in builds:
         assert b["wgmma"] >= 1, b
-        assert b["async_copies"] >= 2, b  # at least double-buffered activations
+        if b["prefetch"]:
+            assert b["async_copies"] == 0, b  # the ring stages the activations, not the pipeliner
+        else:
+            assert b["async_copies"] >= 2, b  # at least double-buffered activations
+        assert (b["f16x2_muls"] > 0) == b["half"], b
         assert b["local_loads"] == 0, b  # the weight operand never goes through shared memory
         assert b["stack"] == [0], b  # ptxas spilled no register
 
@@ -96,6 +104,13 @@ def test_pipelined_configs_and_k_splits():
     assert pipelined_config(64, LONG_K + 1, True)["BLOCK_N"] == 128  # narrow, long K: split K
     assert pipelined_config(128, 4096, False)["BLOCK_M"] == 64 and pipelined_config(200, 4096, False)["BLOCK_M"] == 256
     assert pipelined_config(200, 4096, False, chunks=4)["BLOCK_M"] == 64  # 256x128 spills with 4 groups per tile
+    # bf16 takes the float32 dequantization with the class's F32 overrides; no config keeps the F32 key
+    for m, k, narrow in ((16, 4096, False), (32, 4096, False), (32, 4096, True), (100, 4096, False)):
+        half, f32 = pipelined_config(m, k, narrow), pipelined_config(m, k, narrow, half=False)
+        assert "F32" not in half and "F32" not in f32 and not f32.get("HALF_DEQ")
+        assert half["HALF_DEQ"] and half["BLOCK_M"] == f32["BLOCK_M"]
+    assert pipelined_config(16, 4096, False, half=False)["waves"] == 4
+    assert pipelined_config(32, 4096, False, half=False).get("PREFETCH", 0) == 0
     within = {"within_waves": True}
     # 32 tiles on 132 SMs at 2 waves want 8 splits; 112 K tiles allow 7 of 16; every split non-empty
     assert split_k(32, 1, 112, {"waves": 2, "min_k_tiles": 16, **within}, 132) == (7, 16)
@@ -123,11 +138,12 @@ def _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
         assert (out.double() - exact).abs().max().item() <= tol
 
 
-_SPLIT = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 2}
+_SPLIT = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 2, "PREFETCH": 2}
+_HALF = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 2, "PREFETCH": 1, "HALF_DEQ": True}
 
 
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
-@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT])
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1, "PREFETCH": 1}, _SPLIT])
 def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order, fmt, cfg):
     """Under the interpreter the words come from plain loads (it runs no asm); everything else of the
     kernel (group lookups, zeros, act-order gather, ragged K/N, split-K tickets, bias) is checked."""
@@ -140,7 +156,7 @@ def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order,
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the kernel is inline PTX)")
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
 @pytest.mark.parametrize("m", [1, 20, 130, 300])
-@pytest.mark.parametrize("cfg", [None, _SPLIT])
+@pytest.mark.parametrize("cfg", [None, _SPLIT, _HALF])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_pipelined_kernel_matches_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
     _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype)
