@@ -53,6 +53,17 @@ def _ld_words(ptrs, PTX: tl.constexpr):
         return tl.load(ptrs)
 
 
+@triton.jit
+def _ld_words2(ptrs_a, ptrs_b, PTX: tl.constexpr):
+    """`_ld_words` of two K tiles in one asm statement: both loads are issued before either is used
+    (ptxas cannot sink the second one past the first tile's math)."""
+    if PTX:
+        return tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$2];\n\tld.global.nc.b32 $1, [$3];", "=r,=r,l,l",
+                                         [ptrs_a, ptrs_b], dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+    else:
+        return tl.load(ptrs_a), tl.load(ptrs_b)
+
+
 # Two nibble planes of two words at once, in fp16 (the trick of the stream kernel's packed loop, here
 # producing MMA operands). One PRMT gathers byte b of word A (r) and of word B (the next word in the
 # thread's registers) into bytes 0 and 2, so one LOP3 with 0x000F000F (plane 2b) or 0x00F000F0 (plane
@@ -191,7 +202,7 @@ def _w4a16_pipelined_kernel(
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, PREFETCH: tl.constexpr = 0,
-    HALF_DEQ: tl.constexpr = False,
+    HALF_DEQ: tl.constexpr = False, UNROLL: tl.constexpr = 1,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -232,7 +243,29 @@ def _w4a16_pipelined_kernel(
         w_r1 = _ld_words(qw_ptr + w_offs + k1 * 2048, PTX_LOADS)
         x_r1 = tl.load(x_ptrs + k1 * 128, mask=m_mask[None, :], other=0.0)
         s_r1, z_r1 = _group_raw(s_ptr, z_ptr, k1 * 128, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-    for kt in range(kt0, kt1):
+    if UNROLL == 2:  # two K tiles per iteration, one K = 256 dot (PREFETCH 0 only)
+        x_ptrs2 = x_ptr + offs_m[None, :] * stride_xm + tl.arange(0, 256)[:, None]
+        offs_k2 = tl.arange(0, 256)
+        for kt in range(kt0, kt1, 2):
+            k0 = kt * 128
+            kb = tl.minimum(kt + 1, last)  # an odd split's last step: tile b re-reads tile a, x is zero there
+            pa, pb = _ld_words2(qw_ptr + w_offs + kt * 2048, qw_ptr + w_offs + kb * 2048, PTX_LOADS)
+            x_t = tl.load(x_ptrs2 + k0, mask=m_mask[None, :] & (offs_k2 < (kt1 - kt) * 128)[:, None], other=0.0)
+            if HALF_DEQ:
+                sa, za = _group_raw(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+                sb, zb = _group_raw(s_ptr, z_ptr, kb * 128, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
+                wa = _dequant_tile_h(pa, sa, za, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS,
+                                     HAS_ZEROS, EVEN_K, EVEN_N)
+                wb = _dequant_tile_h(pb, sb, zb, s_ptr, z_ptr, kb * 128, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS,
+                                     HAS_ZEROS, EVEN_K, EVEN_N)
+            else:
+                wa = _dequant_tile(pa, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
+                                   HAS_ZEROS, EVEN_K, EVEN_N, True)
+                wb = _dequant_tile(pb, s_ptr, z_ptr, kb * 128, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
+                                   CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, True)
+            wt = tl.reshape(tl.permute(tl.join(wa, wb), (0, 2, 1)), [BLOCK_N, 256])
+            acc = tl.dot(wt, x_t, acc)
+    for kt in range(kt0, kt1 if UNROLL == 1 else kt0):
         k0 = kt * 128
         if PREFETCH == 0:
             packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
@@ -264,15 +297,15 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # tiles and launch options by the call's class (`pipelined_config`), from the H100 sweeps (RESULTS.md,
     # sections w4pipe and w4half). K splits (`_w4a16_gemm_triton.split_k`, always ``within_waves`` here):
     # the most that keep (tiles x splits) within "waves" programs per SM, at least "min_k_tiles" K tiles
-    # per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_planes`); PREFETCH: K tiles
-    # loaded ahead (see the kernel); F32: overrides where the float32 dequantization runs (bf16), which
-    # keeps the round-6 values (the fp16 ones measured 5-12 % slower there).
-    "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 6, "min_k_tiles": 8,
-               "HALF_DEQ": True, "F32": {"waves": 4}},
+    # per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_planes`); UNROLL: K tiles per
+    # loop step (2: one K = 256 dot; 127 registers on sm_90, so at most 4 programs of 4 warps per SM,
+    # hence "waves" <= 4 with it); PREFETCH: K tiles loaded ahead in the register ring (see the kernel).
+    "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 4,
+               "HALF_DEQ": True, "UNROLL": 2},
     "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8,
-               "HALF_DEQ": True, "PREFETCH": 1, "F32": {"PREFETCH": 0}},
+               "HALF_DEQ": True, "UNROLL": 2},
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
-                 "HALF_DEQ": True, "PREFETCH": 1, "F32": {"PREFETCH": 0}},
+                 "HALF_DEQ": True, "UNROLL": 2},
     "rows128": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 16,
                 "HALF_DEQ": True},
     "narrow_long_k": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2,
@@ -286,13 +319,13 @@ rows on: few column tiles, many K tiles to share out."""
 
 def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool = True) -> dict[str, Any]:
     """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns;
-    `chunks`: scale groups per 128-row tile; `half`: fp16 activations (else the class's F32 overrides
-    apply and HALF_DEQ is off). The 256x128 tile only serves one group per tile: with more, its sm_90
+    `chunks`: scale groups per 128-row tile; `half`: fp16 activations (else HALF_DEQ is off: bf16 takes
+    the float32 dequantization with the same tiles). The 256x128 tile only serves one group per tile: with more, its sm_90
     build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0; none with 3.7.1), so those layouts keep
     64x64 tiles, which do not."""
     if m <= 16:
         name = "rows16"
-    elif m <= 32 and narrow and k <= LONG_K:  # few column tiles and a short K: split it further
+    elif m <= 32 and narrow:  # few column tiles: split K further
         name = "narrow32"
     elif m <= 32 or (m <= 64 and narrow and k <= LONG_K):
         name = "rows32"
@@ -303,9 +336,8 @@ def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool =
     else:
         name = "rows256"
     cfg = dict(PIPELINED_CONFIGS[name])
-    f32 = cfg.pop("F32", {})
     if not half:
-        cfg.update(f32, HALF_DEQ=False)
+        cfg["HALF_DEQ"] = False
     return cfg
 
 
@@ -334,6 +366,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         raise ValueError(f"BLOCK_N={block_n} must divide the layout's {TILE}-column tile")
     if cfg.get("PREFETCH", 0) not in (0, 1, 2):
         raise ValueError(f"PREFETCH={cfg['PREFETCH']}: the kernel keeps 0, 1 or 2 K tiles in flight")
+    if cfg.get("UNROLL", 1) not in (1, 2) or (cfg.get("UNROLL", 1) == 2 and cfg.get("PREFETCH", 0)):
+        raise ValueError("UNROLL is 1 or 2, and 2 only without PREFETCH")
     out = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
     if w.perm is not None or k % TILE:  # x in the layout's row order, zero columns for the padded rows
         x_src = torch.nn.functional.pad(x2, (0, 1)).index_select(1, x_index(w, True))
@@ -350,7 +384,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=block_n, GROUP_M=cfg.get("GROUP_M", 8),
         SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu", PREFETCH=int(cfg.get("PREFETCH", 0)),
-        HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and arch != "cpu" and half,
+        HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and arch != "cpu" and half, UNROLL=int(cfg.get("UNROLL", 1)),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out

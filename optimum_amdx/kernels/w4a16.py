@@ -394,9 +394,11 @@ WIDE_N = 8192
 """Output widths from this on keep the fused GEMM to more rows: the GEMM's parallelism is its column
 blocks, so a narrow weight (N = 4096) runs out of it, and loses to dequant + BLAS, earlier."""
 PIPELINED_MIN_WEIGHT = 1 << 24
-"""Weights of at most this many elements (K x N; 4096 x 4096) never take the pipelined GEMM: too few
-column tiles to hide its per-tile cost (H100: 1.5-1.7x slower than the fused GEMM at 48-128 rows on
-4096x4096, RESULTS.md section w4pipe)."""
+"""Weights under this many elements (K x N; 4096 x 4096) never take the pipelined GEMM, and weights of
+exactly this many take it only up to ``pipelined_max_small`` rows: too few column tiles to hide its
+per-tile cost at more rows (H100: 1.5-1.7x slower than the fused GEMM at 48-128 rows on 4096x4096,
+RESULTS.md section w4pipe; 10.9 against 15.7 us at 4 rows and 14.3 against 16.4 at 16, section
+w4half)."""
 
 
 class RouteLimits(NamedTuple):
@@ -409,21 +411,23 @@ class RouteLimits(NamedTuple):
     pipelined_min: int
     pipelined_max_wide: int
     pipelined_max_narrow: int
+    pipelined_max_small: int
 
 
 ROUTE_LIMITS: dict[str, RouteLimits] = {
-    "hopper": RouteLimits(1, 3, 128, 64, 4, 256, 128),
-    "cdna": RouteLimits(1, 1, 128, 64, 0, 0, 0),
-    "rdna3": RouteLimits(1, 1, 128, 64, 0, 0, 0),
-    "default": RouteLimits(1, 3, 128, 64, 4, 256, 128),
-    "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0),
+    "hopper": RouteLimits(1, 3, 128, 64, 4, 256, 128, 16),
+    "cdna": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0),
+    "rdna3": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0),
+    "default": RouteLimits(1, 3, 128, 64, 4, 256, 128, 16),
+    "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0, 0),
 }
 """The dispatcher's thresholds, all of them, per arch family (`RouteLimits`). Up to ``stream_max`` rows
 the persistent stream-K kernel runs (the one-row FMA loop); up to ``rows_max`` rows the few-row kernel
 (`_w4a16_rows_ptx`: NVIDIA, fp16, at most four groups per 128 rows; each weight dequantized once and
 reused by every row) where it applies; from ``pipelined_min`` to ``pipelined_max_wide`` rows for an
-output at least `WIDE_N` wide (``pipelined_max_narrow`` otherwise) the pipelined fused GEMM
-(`_w4a16_pipelined_ptx`: NVIDIA, a weight over `PIPELINED_MIN_WEIGHT` elements); up to
+output at least `WIDE_N` wide (``pipelined_max_narrow`` otherwise; ``pipelined_max_small`` for a weight
+of exactly `PIPELINED_MIN_WEIGHT` elements) the pipelined fused GEMM (`_w4a16_pipelined_ptx`: NVIDIA, a
+weight of at least `PIPELINED_MIN_WEIGHT` elements); up to
 ``gemm_max_wide`` / ``gemm_max_narrow`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in
 registers, fed to ``tl.dot``, split-K when its tiles do not fill the GPU); above, dequantize once into
 a dense weight and call the BLAS matmul, which amortizes the dense write over many rows.
@@ -432,10 +436,11 @@ From the H100 runs (benchmarks/RESULTS.md): the fused GEMM / stream / dequant+BL
 w4gemm; us): 2 rows 34/44/109 on 4096x14336 and 16/18/29 on 4096x4096 (so the stream kernel keeps one
 row only); 128 rows 62/-/107 on 4096x14336 but 136/-/113 on 14336x4096; 64 rows 63/-/110 on 14336x4096
 and 28/-/27 on 4096x4096. The few-row limit: section w4rows. The pipelined GEMM (section w4pipe) beats
-the fused GEMM and dequant + BLAS from 9 rows (at 8, with the first 16-row config, it lost 9 % on
-4096x12288; not re-measured with the final one) to 256 rows on wide outputs (1.2-1.6x at 192-256 rows on
+the fused GEMM and dequant + BLAS up to 256 rows on wide outputs (1.2-1.6x at 192-256 rows on
 4096x28672 / 4096x12288) and to 128 on narrow ones (at 192 rows dequant + BLAS is 5-12 % faster on
-14336x4096 and 11008x4096). The AMD families use the measured NVIDIA
+14336x4096 and 11008x4096); with the fp16 dequantization and two K tiles per step (section w4half) it
+also beats the fused GEMM from 4 rows (1.4-1.7x at 4-8 rows; at 2-3 rows the few-row kernel stays
+ahead). The AMD families use the measured NVIDIA
 values for the portable kernels until measured there, and have neither PTX kernel. The interpreter
 ("cpu") never takes the dequant route on its own (that would test the BLAS, not our kernels)."""
 STREAM_MAX_M: dict[str, int] = {fam: lim.stream_max for fam, lim in ROUTE_LIMITS.items()}
@@ -446,8 +451,8 @@ _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = False, pipelined: bool = False,
                  weight_elems: Optional[int] = None) -> str:
     """"stream" (persistent GEMV-like kernel), "rows" (few-row kernel, only where `few_rows` says it
-    applies), "pipelined" (pipelined fused GEMM, only where `pipelined` says it applies and the weight
-    has more than `PIPELINED_MIN_WEIGHT` elements; unknown counts as more), "gemm" (fused tiled GEMM) or
+    applies), "pipelined" (pipelined fused GEMM, only where `pipelined` says it applies, for a weight of
+    at least `PIPELINED_MIN_WEIGHT` elements; unknown counts as more), "gemm" (fused tiled GEMM) or
     "dequant" (dense weight + BLAS) for `m` rows and an output `n` wide on an arch family (the one place
     the thresholds are read; an unknown width counts as wide)."""
     lim = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
@@ -456,8 +461,10 @@ def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = 
     if few_rows and m <= lim.rows_max:
         return "rows"
     narrow = n is not None and n < WIDE_N
-    big = weight_elems is None or weight_elems > PIPELINED_MIN_WEIGHT
-    if pipelined and big and lim.pipelined_min <= m <= (lim.pipelined_max_narrow if narrow else lim.pipelined_max_wide):
+    top = lim.pipelined_max_narrow if narrow else lim.pipelined_max_wide
+    if weight_elems is not None and weight_elems <= PIPELINED_MIN_WEIGHT:
+        top = min(top, lim.pipelined_max_small) if weight_elems == PIPELINED_MIN_WEIGHT else 0
+    if pipelined and lim.pipelined_min <= m <= top:
         return "pipelined"
     return "gemm" if m <= (lim.gemm_max_narrow if narrow else lim.gemm_max_wide) else "dequant"
 

@@ -330,7 +330,11 @@ def test_dispatch_and_grid_choices():
             assert choose_route(wide, fam, WIDE_N, pipelined=True, weight_elems=big) == "pipelined"
             assert choose_route(wide + 1, fam, WIDE_N, pipelined=True, weight_elems=big) != "pipelined"
             assert choose_route(narrow + 1, fam, 4096, pipelined=True, weight_elems=big) != "pipelined"
-            assert choose_route(lo, fam, WIDE_N, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT) == "gemm"
+            # a weight of exactly the minimum only up to pipelined_max_small rows, a smaller one never
+            small = lim.pipelined_max_small
+            assert choose_route(lo, fam, WIDE_N, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT - 1) == "gemm"
+            assert choose_route(small, fam, 4096, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT) == "pipelined"
+            assert choose_route(small + 1, fam, 4096, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT) == "gemm"
         else:  # no row count takes it here, even for a weight it could serve
             assert all(choose_route(m, fam, WIDE_N, pipelined=True, weight_elems=big) != "pipelined"
                        for m in range(1, 1025))

@@ -51,7 +51,7 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
                 "EVEN_N": True, "PTX_LOADS": True, "PREFETCH": cfg.get("PREFETCH", 0),
-                "HALF_DEQ": cfg.get("HALF_DEQ", False)}
+                "HALF_DEQ": cfg.get("HALF_DEQ", False), "UNROLL": cfg.get("UNROLL", 1)}
         s = dict(sig, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
         c = triton.compile(ASTSource(fn=kp._w4a16_pipelined_kernel, signature=s, constexprs=cons, attrs=attrs),
@@ -96,7 +96,7 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
 
 def test_pipelined_configs_and_k_splits():
     from optimum_amdx.kernels._w4a16_gemm_triton import split_k
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import LONG_K, pipelined_config
+    from optimum_amdx.kernels._w4a16_pipelined_ptx import LONG_K, PIPELINED_CONFIGS, pipelined_config
 
     assert pipelined_config(16, 4096, False)["BLOCK_M"] == 16 and pipelined_config(32, 4096, True)["BLOCK_M"] == 32
     assert pipelined_config(24, 4096, True)["waves"] > pipelined_config(24, 4096, False)["waves"]  # narrow: split K
@@ -104,13 +104,13 @@ def test_pipelined_configs_and_k_splits():
     assert pipelined_config(64, LONG_K + 1, True)["BLOCK_N"] == 128  # narrow, long K: split K
     assert pipelined_config(128, 4096, False)["BLOCK_M"] == 64 and pipelined_config(200, 4096, False)["BLOCK_M"] == 256
     assert pipelined_config(200, 4096, False, chunks=4)["BLOCK_M"] == 64  # 256x128 spills with 4 groups per tile
-    # bf16 takes the float32 dequantization with the class's F32 overrides; no config keeps the F32 key
+    # bf16 takes the float32 dequantization with the same tiles
     for m, k, narrow in ((16, 4096, False), (32, 4096, False), (32, 4096, True), (100, 4096, False)):
         half, f32 = pipelined_config(m, k, narrow), pipelined_config(m, k, narrow, half=False)
-        assert "F32" not in half and "F32" not in f32 and not f32.get("HALF_DEQ")
-        assert half["HALF_DEQ"] and half["BLOCK_M"] == f32["BLOCK_M"]
-    assert pipelined_config(16, 4096, False, half=False)["waves"] == 4
-    assert pipelined_config(32, 4096, False, half=False).get("PREFETCH", 0) == 0
+        assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and {**half, "HALF_DEQ": False} == f32
+    # two K tiles per step keep 127 registers (4 programs of 4 warps per SM): no class asks for more
+    assert all(c["waves"] <= 4 for c in PIPELINED_CONFIGS.values() if c.get("UNROLL", 1) == 2)
+    assert pipelined_config(32, LONG_K + 1, True)["waves"] == 4  # narrow up to 32 rows: split K further
     within = {"within_waves": True}
     # 32 tiles on 132 SMs at 2 waves want 8 splits; 112 K tiles allow 7 of 16; every split non-empty
     assert split_k(32, 1, 112, {"waves": 2, "min_k_tiles": 16, **within}, 132) == (7, 16)
@@ -140,10 +140,13 @@ def _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
 
 _SPLIT = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 2, "PREFETCH": 2}
 _HALF = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 2, "PREFETCH": 1, "HALF_DEQ": True}
+_UNROLL = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 3, "UNROLL": 2, "HALF_DEQ": True}
+"""Two K tiles per iteration; three splits make odd tile counts per split (the zero-masked second tile)."""
 
 
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
-@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1, "PREFETCH": 1}, _SPLIT])
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1, "PREFETCH": 1}, _SPLIT,
+                                 _UNROLL])
 def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order, fmt, cfg):
     """Under the interpreter the words come from plain loads (it runs no asm); everything else of the
     kernel (group lookups, zeros, act-order gather, ragged K/N, split-K tickets, bias) is checked."""
@@ -156,7 +159,7 @@ def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order,
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the kernel is inline PTX)")
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
 @pytest.mark.parametrize("m", [1, 20, 130, 300])
-@pytest.mark.parametrize("cfg", [None, _SPLIT, _HALF])
+@pytest.mark.parametrize("cfg", [None, _SPLIT, _HALF, _UNROLL])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_pipelined_kernel_matches_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
     _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype)
