@@ -319,8 +319,10 @@ rows on: few column tiles, many K tiles to share out."""
 
 def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool = True) -> dict[str, Any]:
     """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns;
-    `chunks`: scale groups per 128-row tile; `half`: fp16 activations (else HALF_DEQ is off: bf16 takes
-    the float32 dequantization with the same tiles). The 256x128 tile only serves one group per tile: with more, its sm_90
+    `chunks`: scale groups per 128-row tile; `half`: fp16 activations. Otherwise (bf16) the float32
+    dequantization runs with the same tiles and one K tile per step: with two, its sm_90 build needs
+    158-196 registers (2-3 programs per SM) and measured up to 1.3x slower on an H100 (act-order g32 at
+    16 rows, 14336x4096 at 32; RESULTS.md section w4half). The 256x128 tile only serves one group per tile: with more, its sm_90
     build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0; none with 3.7.1), so those layouts keep
     64x64 tiles, which do not."""
     if m <= 16:
@@ -337,7 +339,7 @@ def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool =
         name = "rows256"
     cfg = dict(PIPELINED_CONFIGS[name])
     if not half:
-        cfg["HALF_DEQ"] = False
+        cfg.update(HALF_DEQ=False, UNROLL=1)
     return cfg
 
 

@@ -104,10 +104,11 @@ def test_pipelined_configs_and_k_splits():
     assert pipelined_config(64, LONG_K + 1, True)["BLOCK_N"] == 128  # narrow, long K: split K
     assert pipelined_config(128, 4096, False)["BLOCK_M"] == 64 and pipelined_config(200, 4096, False)["BLOCK_M"] == 256
     assert pipelined_config(200, 4096, False, chunks=4)["BLOCK_M"] == 64  # 256x128 spills with 4 groups per tile
-    # bf16 takes the float32 dequantization with the same tiles
+    # bf16 takes the float32 dequantization with the same tiles, one K tile per step
     for m, k, narrow in ((16, 4096, False), (32, 4096, False), (32, 4096, True), (100, 4096, False)):
         half, f32 = pipelined_config(m, k, narrow), pipelined_config(m, k, narrow, half=False)
-        assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and {**half, "HALF_DEQ": False} == f32
+        assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and f32["UNROLL"] == 1
+        assert {**half, "HALF_DEQ": False, "UNROLL": 1} == f32
     # two K tiles per step keep 127 registers (4 programs of 4 warps per SM): no class asks for more
     assert all(c["waves"] <= 4 for c in PIPELINED_CONFIGS.values() if c.get("UNROLL", 1) == 2)
     assert pipelined_config(32, LONG_K + 1, True)["waves"] == 4  # narrow up to 32 rows: split K further
