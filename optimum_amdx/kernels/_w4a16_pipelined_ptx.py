@@ -13,16 +13,19 @@ trip; on Hopper it is the register A operand of ``wgmma``) and pipelines the act
 build of the 256x128 config: 254 registers, no spill, 8 HGMMA per K tile
 (`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU).
 
-Where it wins (H100, RESULTS.md section w4pipe): the rows between the fused GEMM and dequant + BLAS
-on wide outputs; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-major
-layout (`w4a16.W4A16Weight`) and dequantizes and writes its tiles with the fused GEMM's own helpers
-(`_w4a16_gemm_triton._dequant_tile` / `_write_tile`: the exact ``2**e + q`` trick, split-K into a
-persistent float32 workspace whose last split, by ticket, writes the tile, so one launch does it all
-and graphs can replay it). For act-order or a K off the 128-row tiles the activations are gathered
-once per call into the layout's row order (`_w4a16_gemm_triton.x_index`).
+Where it wins (H100, RESULTS.md sections w4pipe and w4half): from 4 rows to where dequant + BLAS takes
+over; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-major layout
+(`w4a16.W4A16Weight`) and writes its tiles with the fused GEMM's own helper (`_w4a16_gemm_triton.
+_write_tile`: split-K into a persistent float32 workspace whose last split, by ticket, writes the tile,
+so one launch does it all and graphs can replay it). bf16 activations are dequantized by the fused
+GEMM's `_dequant_tile` (the exact float32 ``2**e + q`` trick); fp16 ones by `_planes`, packed fp16 PTX
+at 1.75 instructions per weight (``HALF_DEQ``). Up to 32 rows two K tiles go through one K = 256 dot per
+step (``UNROLL``). For act-order or a K off the 128-row tiles the activations are gathered once per
+call into the layout's row order (`_w4a16_gemm_triton.x_index`).
 
 NVIDIA only (inline PTX); AMD keeps the fused GEMM, whose AMD compile specs cover the shared helpers,
-and the interpreter runs this kernel with plain loads (tests only). No AMD compile spec here.
+and the interpreter runs this kernel with plain loads and the float32 dequantization (tests only; the
+fp16 asm is checked on the GPU). No AMD compile spec here.
 """
 
 from __future__ import annotations
@@ -113,10 +116,10 @@ def _planes(words, s_e, s_o, zl, zh, B: tl.constexpr):
 
 
 @triton.jit
-def _group_raw(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZEROS: tl.constexpr,
-               EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
-    """fp16 scale and zero ([BLOCK_N]) of the group of sorted input row `row` (clamped to K - 1 for
-    padded rows); z = 8 without zeros."""
+def _group_h(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZEROS: tl.constexpr,
+             EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
+    """`_planes`' operands of the group of sorted input row `row` (clamped to K - 1 for padded rows):
+    fp16 scale, -(1024 + z) and -(64 + z), each [BLOCK_N, 16]; z = 8 without zeros."""
     if GROUP_SIZE == 0:
         g = 0
     elif EVEN_K:
@@ -136,33 +139,17 @@ def _group_raw(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZE
             z = tl.load(z_ptr + ptrs, mask=n_ok, other=0.0).to(tl.float16)
     else:
         z = tl.full(s.shape, 8.0, tl.float16)
-    return s, z
-
-
-@triton.jit
-def _group_h(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZEROS: tl.constexpr,
-             EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
-    """`_planes`' operands of a group: fp16 scale, -(1024 + z) and -(64 + z), [BLOCK_N, 16]."""
-    s, z = _group_raw(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-    return _bcast_h(s, z)
-
-
-@triton.jit
-def _bcast_h(s, z):
     shape: tl.constexpr = [s.shape[0], 16]
     return (tl.broadcast_to(s[:, None], shape), tl.broadcast_to((-1024.0 - z)[:, None], shape),
             tl.broadcast_to((-64.0 - z)[:, None], shape))
 
 
 @triton.jit
-def _dequant_tile_h(packed, s_first, z_first, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr,
-                    GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr,
-                    EVEN_N: tl.constexpr):
+def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
+                    CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
     """`_w4a16_gemm_triton._dequant_tile` for fp16 activations on NVIDIA (`_planes`, inline PTX): the
-    weight operand ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in row order. `s_first` / `z_first`: the
-    raw scale and zero of the tile's first group (`_group_raw`, loaded ahead by the caller); the
-    other groups of a tile holding several are read here."""
-    s0, zl0, zh0 = _bcast_h(s_first, z_first)
+    weight operand ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in row order."""
+    s0, zl0, zh0 = _group_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
     if CHUNKS == 1:
         w0, w1 = _planes(packed, s0, s0, zl0, zh0, 0)
         w2, w3 = _planes(packed, s0, s0, zl0, zh0, 1)
@@ -201,8 +188,8 @@ def _w4a16_pipelined_kernel(
     M, N, K, KT, stride_xm, stride_om, tiles_per_split, e7_bits,
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, PREFETCH: tl.constexpr = 0,
-    HALF_DEQ: tl.constexpr = False, UNROLL: tl.constexpr = 1,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, HALF_DEQ: tl.constexpr = False,
+    UNROLL: tl.constexpr = 1,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -226,37 +213,21 @@ def _w4a16_pipelined_kernel(
     kt0 = pid_k * tiles_per_split
     kt1 = tl.minimum(KT, kt0 + tiles_per_split)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    # PREFETCH = D (0-2): the words, activations and first-group scale/zero of K tile kt + D are loaded
-    # in iteration kt and wait in a ring of D register tiles. ptxas sinks each load to the end of its
-    # iteration, so D = 2 leaves a whole iteration between a load and its use. With D > 0 Triton's own
-    # pipeliner leaves the loop alone (sm_90 TTGIR: no async copy), so the activations are in the ring
-    # too and the MMA is waited on every iteration; with D = 0 it stages the activations (cp.async) and
-    # the words and scales are loaded where they are used. The last tiles re-read the split's last tile
-    # (clamped) instead of branching.
-    last = kt1 - 1
-    if PREFETCH > 0:
-        w_r0 = _ld_words(qw_ptr + w_offs + kt0 * 2048, PTX_LOADS)
-        x_r0 = tl.load(x_ptrs + kt0 * 128, mask=m_mask[None, :], other=0.0)
-        s_r0, z_r0 = _group_raw(s_ptr, z_ptr, kt0 * 128, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-    if PREFETCH > 1:
-        k1 = tl.minimum(kt0 + 1, last)
-        w_r1 = _ld_words(qw_ptr + w_offs + k1 * 2048, PTX_LOADS)
-        x_r1 = tl.load(x_ptrs + k1 * 128, mask=m_mask[None, :], other=0.0)
-        s_r1, z_r1 = _group_raw(s_ptr, z_ptr, k1 * 128, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-    if UNROLL == 2:  # two K tiles per iteration, one K = 256 dot (PREFETCH 0 only)
+    # Triton's pipeliner stages the activations (cp.async, num_stages buffers) and leaves the MMA in flight
+    # across steps; the words are loaded where they are used (ahead-of-use register rings measured no
+    # faster and stop Triton from pipelining the loop at all: RESULTS.md section w4half).
+    if UNROLL == 2:  # two K tiles per step, one K = 256 dot
         x_ptrs2 = x_ptr + offs_m[None, :] * stride_xm + tl.arange(0, 256)[:, None]
         offs_k2 = tl.arange(0, 256)
         for kt in range(kt0, kt1, 2):
             k0 = kt * 128
-            kb = tl.minimum(kt + 1, last)  # an odd split's last step: tile b re-reads tile a, x is zero there
+            kb = tl.minimum(kt + 1, kt1 - 1)  # an odd split's last step: tile b re-reads tile a against zero x
             pa, pb = _ld_words2(qw_ptr + w_offs + kt * 2048, qw_ptr + w_offs + kb * 2048, PTX_LOADS)
             x_t = tl.load(x_ptrs2 + k0, mask=m_mask[None, :] & (offs_k2 < (kt1 - kt) * 128)[:, None], other=0.0)
             if HALF_DEQ:
-                sa, za = _group_raw(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-                sb, zb = _group_raw(s_ptr, z_ptr, kb * 128, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-                wa = _dequant_tile_h(pa, sa, za, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS,
-                                     HAS_ZEROS, EVEN_K, EVEN_N)
-                wb = _dequant_tile_h(pb, sb, zb, s_ptr, z_ptr, kb * 128, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS,
+                wa = _dequant_tile_h(pa, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS,
+                                     EVEN_K, EVEN_N)
+                wb = _dequant_tile_h(pb, s_ptr, z_ptr, kb * 128, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS,
                                      HAS_ZEROS, EVEN_K, EVEN_N)
             else:
                 wa = _dequant_tile(pa, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
@@ -265,30 +236,18 @@ def _w4a16_pipelined_kernel(
                                    CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, True)
             wt = tl.reshape(tl.permute(tl.join(wa, wb), (0, 2, 1)), [BLOCK_N, 256])
             acc = tl.dot(wt, x_t, acc)
-    for kt in range(kt0, kt1 if UNROLL == 1 else kt0):
-        k0 = kt * 128
-        if PREFETCH == 0:
+    else:
+        for kt in range(kt0, kt1):
+            k0 = kt * 128
             packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
             x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
-            s_t, z_t = _group_raw(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-        else:
-            packed, x_t, s_t, z_t = w_r0, x_r0, s_r0, z_r0
-            kn = tl.minimum(kt + PREFETCH, last)
-            w_n = _ld_words(qw_ptr + w_offs + kn * 2048, PTX_LOADS)
-            x_n = tl.load(x_ptrs + kn * 128, mask=m_mask[None, :], other=0.0)
-            s_n, z_n = _group_raw(s_ptr, z_ptr, kn * 128, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-        if HALF_DEQ:
-            wt = _dequant_tile_h(packed, s_t, z_t, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS,
-                                 HAS_ZEROS, EVEN_K, EVEN_N)
-        else:  # the float32 path reads its own scales (the ones above are then unused and dropped)
-            wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
-                               HAS_ZEROS, EVEN_K, EVEN_N, True)
-        acc = tl.dot(wt, x_t, acc)
-        if PREFETCH == 1:
-            w_r0, x_r0, s_r0, z_r0 = w_n, x_n, s_n, z_n
-        elif PREFETCH == 2:
-            w_r0, x_r0, s_r0, z_r0 = w_r1, x_r1, s_r1, z_r1
-            w_r1, x_r1, s_r1, z_r1 = w_n, x_n, s_n, z_n
+            if HALF_DEQ:
+                wt = _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS,
+                                     EVEN_K, EVEN_N)
+            else:
+                wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
+                                   CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, True)
+            acc = tl.dot(wt, x_t, acc)
     _write_tile(acc, out_ptr, ws_ptr, cnt_ptr + pid, SPLIT, bias_ptr, offs_m, offs_n, m_mask, N, stride_om, SPLIT,
                 HAS_BIAS, BLOCK_N, BLOCK_M)
 
@@ -299,7 +258,7 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # the most that keep (tiles x splits) within "waves" programs per SM, at least "min_k_tiles" K tiles
     # per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_planes`); UNROLL: K tiles per
     # loop step (2: one K = 256 dot; 127 registers on sm_90, so at most 4 programs of 4 warps per SM,
-    # hence "waves" <= 4 with it); PREFETCH: K tiles loaded ahead in the register ring (see the kernel).
+    # hence "waves" <= 4 with it).
     "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 4,
                "HALF_DEQ": True, "UNROLL": 2},
     "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8,
@@ -322,9 +281,9 @@ def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool =
     `chunks`: scale groups per 128-row tile; `half`: fp16 activations. Otherwise (bf16) the float32
     dequantization runs with the same tiles and one K tile per step: with two, its sm_90 build needs
     158-196 registers (2-3 programs per SM) and measured up to 1.3x slower on an H100 (act-order g32 at
-    16 rows, 14336x4096 at 32; RESULTS.md section w4half). The 256x128 tile only serves one group per tile: with more, its sm_90
-    build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0; none with 3.7.1), so those layouts keep
-    64x64 tiles, which do not."""
+    16 rows, 14336x4096 at 32; RESULTS.md section w4half). The 256x128 tile only serves one group per
+    tile: with more, its sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0; none with
+    3.7.1), so those layouts keep 64x64 tiles, which do not."""
     if m <= 16:
         name = "rows16"
     elif m <= 32 and narrow:  # few column tiles: split K further
@@ -366,10 +325,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if TILE % block_n:
         raise ValueError(f"BLOCK_N={block_n} must divide the layout's {TILE}-column tile")
-    if cfg.get("PREFETCH", 0) not in (0, 1, 2):
-        raise ValueError(f"PREFETCH={cfg['PREFETCH']}: the kernel keeps 0, 1 or 2 K tiles in flight")
-    if cfg.get("UNROLL", 1) not in (1, 2) or (cfg.get("UNROLL", 1) == 2 and cfg.get("PREFETCH", 0)):
-        raise ValueError("UNROLL is 1 or 2, and 2 only without PREFETCH")
+    if cfg.get("UNROLL", 1) not in (1, 2):
+        raise ValueError(f"UNROLL={cfg['UNROLL']}: the kernel takes 1 or 2 K tiles per step")
     out = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
     if w.perm is not None or k % TILE:  # x in the layout's row order, zero columns for the padded rows
         x_src = torch.nn.functional.pad(x2, (0, 1)).index_select(1, x_index(w, True))
@@ -385,7 +342,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         m, n, k, w.k_tiles, x_src.stride(0), out.stride(0), per, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=block_n, GROUP_M=cfg.get("GROUP_M", 8),
         SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
-        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu", PREFETCH=int(cfg.get("PREFETCH", 0)),
+        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu",
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and arch != "cpu" and half, UNROLL=int(cfg.get("UNROLL", 1)),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )

@@ -50,8 +50,8 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
     for chunks, zeros, split in served:
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
-                "EVEN_N": True, "PTX_LOADS": True, "PREFETCH": cfg.get("PREFETCH", 0),
-                "HALF_DEQ": cfg.get("HALF_DEQ", False), "UNROLL": cfg.get("UNROLL", 1)}
+                "EVEN_N": True, "PTX_LOADS": True, "HALF_DEQ": cfg.get("HALF_DEQ", False),
+                "UNROLL": cfg.get("UNROLL", 1)}
         s = dict(sig, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
         c = triton.compile(ASTSource(fn=kp._w4a16_pipelined_kernel, signature=s, constexprs=cons, attrs=attrs),
@@ -62,7 +62,7 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
             f.write(c.asm["cubin"])
         usage = subprocess.run([cuobjdump, "-res-usage", "kernel.cubin"], capture_output=True, text=True,
                                check=True).stdout
-        seen.append({"config": name, "prefetch": cons["PREFETCH"], "half": cons["HALF_DEQ"],
+        seen.append({"config": name, "half": cons["HALF_DEQ"],
                      "f16x2_muls": c.asm["ptx"].count("mul.rn.f16x2"), "wgmma": ir.count("ttng.warp_group_dot "),
                      "async_copies": ir.count("ttg.async_copy_global_to_local"), "local_loads": ir.count("ttg.local_load"),
                      "stack": [int(v) for v in re.findall(r"STACK:(\d+)", usage)]})
@@ -72,10 +72,9 @@ print(json.dumps(seen))
 
 def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers():
     """Compiled in a fresh process with the interpreter off. What makes the kernel worth having: the
-    activations are staged ahead, by Triton's asynchronous copies without PREFETCH or in the kernel's
-    register ring with it (the pipeliner then leaves the loop alone, as the kernel's comment says), the
-    dequantized weight feeds ``wgmma`` straight from registers (no shared-memory round trip: no
-    ``local_load``), the fp16 configs dequantize with the packed fp16 asm, and nothing spills."""
+    activations are staged by asynchronous copies (pipelined), the dequantized weight feeds ``wgmma``
+    straight from registers (no shared-memory round trip: no ``local_load``), the fp16 configs
+    dequantize with the packed fp16 asm, and nothing spills."""
     import json
 
     from optimum_amdx.kernels._w4a16_pipelined_ptx import PIPELINED_CONFIGS
@@ -85,10 +84,7 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
     assert len(builds) == 2 * len(PIPELINED_CONFIGS) - 1  # the 256x128 tile serves one group per tile only
     for b in builds:
         assert b["wgmma"] >= 1, b
-        if b["prefetch"]:
-            assert b["async_copies"] == 0, b  # the ring stages the activations, not the pipeliner
-        else:
-            assert b["async_copies"] >= 2, b  # at least double-buffered activations
+        assert b["async_copies"] >= 2, b  # at least double-buffered activations
         assert (b["f16x2_muls"] > 0) == b["half"], b
         assert b["local_loads"] == 0, b  # the weight operand never goes through shared memory
         assert b["stack"] == [0], b  # ptxas spilled no register
@@ -139,15 +135,14 @@ def _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
         assert (out.double() - exact).abs().max().item() <= tol
 
 
-_SPLIT = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 2, "PREFETCH": 2}
-_HALF = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 2, "PREFETCH": 1, "HALF_DEQ": True}
+_SPLIT = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 2}
+_HALF = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 2, "HALF_DEQ": True}
 _UNROLL = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 3, "UNROLL": 2, "HALF_DEQ": True}
 """Two K tiles per iteration; three splits make odd tile counts per split (the zero-masked second tile)."""
 
 
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
-@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1, "PREFETCH": 1}, _SPLIT,
-                                 _UNROLL])
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT, _UNROLL])
 def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order, fmt, cfg):
     """Under the interpreter the words come from plain loads (it runs no asm); everything else of the
     kernel (group lookups, zeros, act-order gather, ragged K/N, split-K tickets, bias) is checked."""
