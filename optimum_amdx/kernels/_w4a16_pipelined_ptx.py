@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, split_k, x_index
-from ._w4a16_triton import _chunks, _group_arg
+from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
 from .runtime import compute_units
 
 if TYPE_CHECKING:
@@ -118,30 +118,12 @@ def _planes(words, s_e, s_o, zl, zh, B: tl.constexpr):
 @triton.jit
 def _group_h(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZEROS: tl.constexpr,
              EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
-    """`_planes`' operands of the group of sorted input row `row` (clamped to K - 1 for padded rows):
-    fp16 scale, -(1024 + z) and -(64 + z), each [BLOCK_N, 16]; z = 8 without zeros."""
-    if GROUP_SIZE == 0:
-        g = 0
-    elif EVEN_K:
-        g = row // GROUP_SIZE
-    else:
-        g = tl.minimum(row, K - 1) // GROUP_SIZE
-    ptrs = g * N + offs_n
-    n_ok = offs_n < N
-    if EVEN_N:
-        s = tl.load(s_ptr + ptrs).to(tl.float16)
-    else:
-        s = tl.load(s_ptr + ptrs, mask=n_ok, other=0.0).to(tl.float16)
-    if HAS_ZEROS:
-        if EVEN_N:
-            z = tl.load(z_ptr + ptrs).to(tl.float16)
-        else:
-            z = tl.load(z_ptr + ptrs, mask=n_ok, other=0.0).to(tl.float16)
-    else:
-        z = tl.full(s.shape, 8.0, tl.float16)
+    """`_planes`' operands of the group of sorted input row `row` (the stream kernel's group lookup and
+    loads): fp16 scale, -(1024 + z) and -(64 + z), each [BLOCK_N, 16]; z = 8 without zeros."""
+    s, z = _scale_zero(s_ptr, z_ptr, _group_of(row, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
     shape: tl.constexpr = [s.shape[0], 16]
-    return (tl.broadcast_to(s[:, None], shape), tl.broadcast_to((-1024.0 - z)[:, None], shape),
-            tl.broadcast_to((-64.0 - z)[:, None], shape))
+    return (tl.broadcast_to(s.to(tl.float16), shape), tl.broadcast_to((-1024.0 - z).to(tl.float16), shape),
+            tl.broadcast_to((-64.0 - z).to(tl.float16), shape))
 
 
 @triton.jit
