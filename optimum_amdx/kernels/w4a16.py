@@ -439,8 +439,9 @@ and 28/-/27 on 4096x4096. The few-row limit: section w4rows. The pipelined GEMM 
 the fused GEMM and dequant + BLAS up to 256 rows on wide outputs (1.2-1.6x at 192-256 rows on
 4096x28672 / 4096x12288) and to 128 on narrow ones (at 192 rows dequant + BLAS is 5-12 % faster on
 14336x4096 and 11008x4096); with the fp16 dequantization and two K tiles per step (section w4half) it
-also beats the fused GEMM from 4 rows (1.4-1.7x at 4-8 rows; at 2-3 rows the few-row kernel stays
-ahead). The AMD families use the measured NVIDIA
+also beats the fused GEMM from 4 rows (1.4-1.7x at 4-8 rows). At 2 rows the few-row kernel keeps the
+route: 1.02-1.16x faster than the pipelined GEMM on 4096x14336 / 4096x6144 / 4096x4096 and 1.9x on
+act-order g32, 2-3 % slower on 14336x4096 and 4096x28672. The AMD families use the measured NVIDIA
 values for the portable kernels until measured there, and have neither PTX kernel. The interpreter
 ("cpu") never takes the dequant route on its own (that would test the BLAS, not our kernels)."""
 STREAM_MAX_M: dict[str, int] = {fam: lim.stream_max for fam, lim in ROUTE_LIMITS.items()}
