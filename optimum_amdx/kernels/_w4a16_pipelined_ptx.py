@@ -254,8 +254,10 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},
 }
 LONG_K = 8192
-"""Input widths above this (14336, 11008) on a narrow output take 64 x 128 tiles split along K from 33
-rows on: few column tiles, many K tiles to share out."""
+"""Input widths above this (14336, 11008) on a narrow output take 32-row tiles split along K up to 64
+rows (H100 at 48-64 rows: 37.4-37.9 against 45.3-51.3 us with 64 x 128 tiles on 11008x4096, 44.6-45.0
+against 46.1-51.8 on 14336x4096; RESULTS.md section w4half) and 64 x 128 tiles beyond: few column
+tiles, many K tiles to share out."""
 
 
 def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool = True) -> dict[str, Any]:
@@ -268,7 +270,7 @@ def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool =
     3.7.1), so those layouts keep 64x64 tiles, which do not."""
     if m <= 16:
         name = "rows16"
-    elif m <= 32 and narrow:  # few column tiles: split K further
+    elif narrow and (m <= 32 or (m <= 64 and k > LONG_K)):  # few column tiles: split K further
         name = "narrow32"
     elif m <= 32 or (m <= 64 and narrow and k <= LONG_K):
         name = "rows32"
