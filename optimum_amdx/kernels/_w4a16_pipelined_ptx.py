@@ -96,23 +96,13 @@ _PLANES_ASM_3 = tl.constexpr(_planes_asm("0x7733"))
 
 
 @triton.jit
-def _planes(words, s_e, s_o, zl, zh, B: tl.constexpr):
-    """fp16 planes 2B and 2B + 1 ``(q - z) * s`` of `words` ([BLOCK_N, 16] int32, pairs of adjacent
-    elements share one asm instance). Each result element depends only on its own word, scale and zero:
-    correct whatever the register layout, which only decides how many moves the MMA operand needs."""
-    if B == 0:
-        r = tl.inline_asm_elementwise(_PLANES_ASM_0, "=r,=r,r,r,r,r,r,r", [words, s_e, s_o, zl, zh],
-                                      dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
-    elif B == 1:
-        r = tl.inline_asm_elementwise(_PLANES_ASM_1, "=r,=r,r,r,r,r,r,r", [words, s_e, s_o, zl, zh],
-                                      dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
-    elif B == 2:
-        r = tl.inline_asm_elementwise(_PLANES_ASM_2, "=r,=r,r,r,r,r,r,r", [words, s_e, s_o, zl, zh],
-                                      dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
-    else:
-        r = tl.inline_asm_elementwise(_PLANES_ASM_3, "=r,=r,r,r,r,r,r,r", [words, s_e, s_o, zl, zh],
-                                      dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
-    return r
+def _planes(words, s_e, s_o, zl, zh, ASM: tl.constexpr):
+    """fp16 planes 2b and 2b + 1 ``(q - z) * s`` of `words` ([BLOCK_N, 16] int32, pairs of adjacent
+    elements share one asm instance); ASM: `_PLANES_ASM_<b>`. Each result element depends only on its own
+    word, scale and zero: correct whatever the register layout, which only decides how many moves the
+    MMA operand needs."""
+    return tl.inline_asm_elementwise(ASM, "=r,=r,r,r,r,r,r,r", [words, s_e, s_o, zl, zh],
+                                     dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
 
 
 @triton.jit
@@ -133,10 +123,10 @@ def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
     weight operand ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in row order."""
     s0, zl0, zh0 = _group_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
     if CHUNKS == 1:
-        w0, w1 = _planes(packed, s0, s0, zl0, zh0, 0)
-        w2, w3 = _planes(packed, s0, s0, zl0, zh0, 1)
-        w4, w5 = _planes(packed, s0, s0, zl0, zh0, 2)
-        w6, w7 = _planes(packed, s0, s0, zl0, zh0, 3)
+        w0, w1 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_0)
+        w2, w3 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_1)
+        w4, w5 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_2)
+        w6, w7 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_3)
     else:  # plane j holds rows k0 + 16j ..: CHUNKS groups per tile, each group read once
         s4, zl4, zh4 = _group_h(s_ptr, z_ptr, k0 + 64, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
         if CHUNKS >= 4:
@@ -155,13 +145,28 @@ def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
             s3, zl3, zh3 = s2, zl2, zh2
             s5, zl5, zh5 = s4, zl4, zh4
             s7, zl7, zh7 = s6, zl6, zh6
-        w0, w1 = _planes(packed, s0, s1, zl0, zh1, 0)
-        w2, w3 = _planes(packed, s2, s3, zl2, zh3, 1)
-        w4, w5 = _planes(packed, s4, s5, zl4, zh5, 2)
-        w6, w7 = _planes(packed, s6, s7, zl6, zh7, 3)
+        w0, w1 = _planes(packed, s0, s1, zl0, zh1, _PLANES_ASM_0)
+        w2, w3 = _planes(packed, s2, s3, zl2, zh3, _PLANES_ASM_1)
+        w4, w5 = _planes(packed, s4, s5, zl4, zh5, _PLANES_ASM_2)
+        w6, w7 = _planes(packed, s6, s7, zl6, zh7, _PLANES_ASM_3)
     # [BLOCK_N, 16, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c; then position = plane * 16 + r
     wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
     return tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
+
+
+@triton.jit
+def _weight_operand(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N: tl.constexpr,
+                    GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr,
+                    EVEN_N: tl.constexpr, HALF_DEQ: tl.constexpr):
+    """The dequantized ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in row order: `_dequant_tile_h` (fp16
+    PTX) with HALF_DEQ, else the fused GEMM's float32 `_dequant_tile`."""
+    if HALF_DEQ:
+        wt = _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K,
+                             EVEN_N)
+    else:
+        wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
+                           HAS_ZEROS, EVEN_K, EVEN_N, True)
+    return wt
 
 
 @triton.jit
@@ -206,16 +211,10 @@ def _w4a16_pipelined_kernel(
             kb = tl.minimum(kt + 1, kt1 - 1)  # an odd split's last step: tile b re-reads tile a against zero x
             pa, pb = _ld_words2(qw_ptr + w_offs + kt * 2048, qw_ptr + w_offs + kb * 2048, PTX_LOADS)
             x_t = tl.load(x_ptrs2 + k0, mask=m_mask[None, :] & (offs_k2 < (kt1 - kt) * 128)[:, None], other=0.0)
-            if HALF_DEQ:
-                wa = _dequant_tile_h(pa, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS,
-                                     EVEN_K, EVEN_N)
-                wb = _dequant_tile_h(pb, s_ptr, z_ptr, kb * 128, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS,
-                                     HAS_ZEROS, EVEN_K, EVEN_N)
-            else:
-                wa = _dequant_tile(pa, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
-                                   HAS_ZEROS, EVEN_K, EVEN_N, True)
-                wb = _dequant_tile(pb, s_ptr, z_ptr, kb * 128, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
-                                   CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, True)
+            wa = _weight_operand(pa, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
+                                 HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ)
+            wb = _weight_operand(pb, s_ptr, z_ptr, kb * 128, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
+                                 CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ)
             wt = tl.reshape(tl.permute(tl.join(wa, wb), (0, 2, 1)), [BLOCK_N, 256])
             acc = tl.dot(wt, x_t, acc)
     else:
@@ -223,12 +222,8 @@ def _w4a16_pipelined_kernel(
             k0 = kt * 128
             packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
             x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
-            if HALF_DEQ:
-                wt = _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS,
-                                     EVEN_K, EVEN_N)
-            else:
-                wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
-                                   CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, True)
+            wt = _weight_operand(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
+                                 CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ)
             acc = tl.dot(wt, x_t, acc)
     _write_tile(acc, out_ptr, ws_ptr, cnt_ptr + pid, SPLIT, bias_ptr, offs_m, offs_n, m_mask, N, stride_om, SPLIT,
                 HAS_BIAS, BLOCK_N, BLOCK_M)
