@@ -22,6 +22,10 @@ versions, so a change brought by a Triton release is seen in review instead of o
 
     python -m optimum_amdx.devtools.amd_compile            # print the table for the running Triton
     python -m optimum_amdx.devtools.amd_compile --write    # regenerate its table + VERSIONS.md
+    python -m optimum_amdx.devtools.amd_compile --write --changed   # the same, compiling only changed specs
+
+For the other versions, put that Triton first on the path (as `scripts/ci_triton_range.sh` does):
+`PYTHONPATH=$PWD:<dir with triton==3.9.0> python -m optimum_amdx.devtools.amd_compile --write --changed`.
 """
 
 from __future__ import annotations
@@ -247,6 +251,34 @@ def compile_all(archs: Iterable[str] = AMD_ARCHS, jobs: int = 2, only: Optional[
     return _pool_map(_compile_star, _tasks(archs, only), jobs)
 
 
+def _result_from_row(row: dict[str, str]) -> CompileResult:
+    """A committed table row (not an ERROR row) back as the result it was rendered from."""
+    return CompileResult(
+        kernel=row["kernel"], arch=row["arch"], key=row["key"], vgprs=int(row["VGPRs"]), agprs=int(row["AGPRs"]),
+        sgprs=int(row["SGPRs"]), scratch=int(row["scratch B"]), lds=int(row["LDS B"]),
+        waves_per_simd=int(row["waves/SIMD"]), limiter=row["limiter"], llvm_occupancy=int(row["LLVM occ."]),
+        mfma=int(row["MFMA"]), wmma=int(row["WMMA"]), hot=row["hot"] == "yes", uses_dot=row["dot"] == "yes",
+    )
+
+
+def compile_changed(jobs: int = 2) -> tuple[list[CompileResult], int]:
+    """Every spec on every arch for the running Triton's table: rows of the committed table whose key
+    (kernel source, signature, constexprs, options, arch, Triton version) is unchanged are kept as they
+    are, the rest are compiled. Returns the results and how many were compiled."""
+    path = table_path()
+    committed = parse_table(path.read_text()) if path.exists() else {}
+    tasks = _tasks(AMD_ARCHS, None)
+    keys = _pool_map(_key_star, tasks, 1)
+    kept, todo = [], []
+    for task, (name, arch, key) in zip(tasks, keys):
+        row = committed.get((name, arch))
+        if row is not None and row["key"] == key and row["VGPRs"] != "ERROR":
+            kept.append(_result_from_row(row))
+        else:
+            todo.append(task)
+    return kept + _pool_map(_compile_star, todo, jobs), len(todo)
+
+
 def current_keys(archs: Iterable[str] = AMD_ARCHS) -> dict[tuple[str, str], str]:
     """(kernel, arch) -> key for every spec, without compiling (computed in one fresh process)."""
     return {(name, arch): key for name, arch, key in _pool_map(_key_star, _tasks(archs, None), 1)}
@@ -391,11 +423,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="compile processes")
     parser.add_argument("--write", action="store_true",
                         help="write compile_tables/triton-<running version>.md and regenerate VERSIONS.md")
+    parser.add_argument("--changed", action="store_true",
+                        help="with --write: compile only the specs whose key differs from the committed table "
+                             "(kernel or config changed) and keep the other rows")
     parser.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
     if args.write and (args.arch or args.only):
         parser.error("--write records every kernel on every arch; drop --arch/--only")
-    results = compile_all(args.arch or AMD_ARCHS, jobs=args.jobs, only=args.only)
+    if args.changed and not args.write:
+        parser.error("--changed only applies to --write")
+    if args.changed:
+        results, compiled = compile_changed(jobs=args.jobs)
+        print(f"{compiled} of {len(results)} specs compiled (the others' keys are unchanged)", file=sys.stderr)
+    else:
+        results = compile_all(args.arch or AMD_ARCHS, jobs=args.jobs, only=args.only)
     text = render_markdown(results)
     print(text)
     if args.write:

@@ -4,7 +4,8 @@ hot kernels do not spill on gfx942/gfx90a (spills on gfx950/gfx1100 are reported
 compiles today.
 
 Regenerate the running Triton's table (and VERSIONS.md) after changing a kernel or its shipped config,
-or when adding a Triton version: `python -m optimum_amdx.devtools.amd_compile --write`.
+or when adding a Triton version: `python -m optimum_amdx.devtools.amd_compile --write` (`--changed` compiles
+only the specs whose key changed and keeps the other rows).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import pytest
 from optimum_amdx.devtools import amd_compile as ac
 from optimum_amdx.kernels.compile_spec import AMD_ARCHS, spec_modules
 
-HINT = "regenerate with: python -m optimum_amdx.devtools.amd_compile --write (then review compile_tables/VERSIONS.md)"
+HINT = ("regenerate with: python -m optimum_amdx.devtools.amd_compile --write --changed, once per Triton version "
+        "(then review compile_tables/VERSIONS.md)")
 
 
 def _table():
@@ -49,6 +51,17 @@ def test_violations_are_detected():
     assert "spills" in bad[0] and "v_mfma" in bad[1] and "v_wmma" in bad[2]
     assert ac.notices([spill, cold_spill, rdna_spill]) == [
         "e on gfx1100: spills 16 bytes of scratch per lane (reported, not enforced)"]
+
+
+def test_a_committed_row_reads_back_as_the_result_it_was_rendered_from():
+    """`--write --changed` keeps unchanged rows by reading them back: the round trip must be lossless."""
+    base = dict(key="0123456789ab", agprs=4, sgprs=30, lds=512, waves_per_simd=4, limiter="vgpr", llvm_occupancy=4)
+    results = [ac.CompileResult(kernel="k[a,b]", arch="gfx942", vgprs=96, scratch=0, mfma=8, wmma=0, hot=True,
+                                uses_dot=True, **base),
+               ac.CompileResult(kernel="k[a,b]", arch="gfx1100", vgprs=128, scratch=16, mfma=0, wmma=2, hot=False,
+                                uses_dot=False, **base)]
+    rows = ac.parse_table(ac.render_markdown(results))
+    assert [ac._result_from_row(rows[(r.kernel, r.arch)]) for r in results] == results
 
 
 def test_committed_table_lists_every_spec_with_its_current_key():
