@@ -20,9 +20,9 @@ __all__ = ["rms_norm_triton", "AMD_COMPILE_SPECS"]
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, res_ptr, w_ptr, y_ptr, h_ptr,
+    x_ptr, res_ptr, w_ptr, y_ptr, h_ptr, perm_ptr,
     n_cols, x_stride, res_stride, y_stride, h_stride, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, HAS_PERM: tl.constexpr = False,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -38,9 +38,20 @@ def _rms_norm_kernel(
         tl.store(h_ptr + row * h_stride + cols, h, mask=mask)
         xf = h.to(tl.float32)
     var = tl.sum(xf * xf, axis=0) / n_cols
+    if HAS_PERM:
+        # y[j] is the normalized input column perm[j]: the row is read again through perm (cache hits) and
+        # h re-formed there, so h is still written in order (a store through perm would cost the compiler
+        # a shared-memory layout change of the whole row)
+        src = tl.load(perm_ptr + cols, mask=mask, other=0)
+        xf = tl.load(x_ptr + row * x_stride + src, mask=mask, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            r = tl.load(res_ptr + row * res_stride + src, mask=mask, other=0.0)
+            xf = (xf + r.to(tl.float32)).to(in_ty).to(tl.float32)
+    else:
+        src = cols
     normed = (xf * tl.math.rsqrt(var + eps)).to(in_ty)
     out_ty = y_ptr.dtype.element_ty
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    w = tl.load(w_ptr + src, mask=mask, other=0.0)
     y = w.to(out_ty).to(tl.float32) * normed.to(out_ty).to(tl.float32)
     tl.store(y_ptr + row * y_stride + cols, y.to(out_ty), mask=mask)
 
@@ -51,7 +62,8 @@ def _num_warps(block: int) -> int:
 
 
 def rms_norm_triton(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor] = None
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor] = None,
+    perm: Optional[torch.Tensor] = None,
 ) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Launch the kernel on inputs the front has validated (GPU tensors or the interpreter)."""
     hidden = x.shape[-1]
@@ -70,26 +82,27 @@ def rms_norm_triton(
         r2, h = x2, y
     block = triton.next_power_of_2(hidden)
     _rms_norm_kernel[(x2.shape[0],)](
-        x2, r2, weight, y, h,
+        x2, r2, weight, y, h, perm if perm is not None else x2,
         hidden, x2.stride(0), r2.stride(0), y.stride(0), h.stride(0), eps,
-        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=_num_warps(block), **PINNED_COMPILE_OPTIONS,
+        HAS_RESIDUAL=residual is not None, BLOCK=block, HAS_PERM=perm is not None, num_warps=_num_warps(block),
+        **PINNED_COMPILE_OPTIONS,
     )
     y = y.reshape(x.shape)
     return y if residual is None else (y, h.reshape(x.shape))
 
 
-def _rms_spec(hidden: int, dtype: str, residual: bool) -> CompileSpec:
+def _rms_spec(hidden: int, dtype: str, residual: bool, perm: bool = False) -> CompileSpec:
     block = triton.next_power_of_2(hidden)
     sig = {
         "x_ptr": f"*{dtype}", "res_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "h_ptr": f"*{dtype}",
-        "n_cols": "i32", "x_stride": "i32", "res_stride": "i32", "y_stride": "i32", "h_stride": "i32", "eps": "fp32",
-        "HAS_RESIDUAL": "constexpr", "BLOCK": "constexpr",
+        "perm_ptr": "*i32", "n_cols": "i32", "x_stride": "i32", "res_stride": "i32", "y_stride": "i32", "h_stride": "i32",
+        "eps": "fp32", "HAS_RESIDUAL": "constexpr", "BLOCK": "constexpr", "HAS_PERM": "constexpr",
     }
     return CompileSpec(
-        name=f"rms_norm[h{hidden},{dtype}{',residual' if residual else ''}]",
+        name=f"rms_norm[h{hidden},{dtype}{',residual' if residual else ''}{',perm' if perm else ''}]",
         kernel=_rms_norm_kernel,
         signature=sig,
-        constexprs={"HAS_RESIDUAL": residual, "BLOCK": block},
+        constexprs={"HAS_RESIDUAL": residual, "BLOCK": block, "HAS_PERM": perm},
         options=lambda arch: {"num_warps": _num_warps(block), "num_stages": 1},
         hot=True,
         uses_dot=False,
@@ -101,4 +114,5 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     _rms_spec(4096, "fp16", True),
     _rms_spec(4096, "bf16", False),
     _rms_spec(8192, "fp16", True),
+    _rms_spec(4096, "fp16", True, perm=True),
 ]

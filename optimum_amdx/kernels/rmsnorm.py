@@ -4,6 +4,9 @@ Semantics follow transformers' LlamaRMSNorm exactly: the input is upcast to floa
 by ``rsqrt(mean(x**2) + eps)``, cast back to the input dtype, then multiplied by the weight
 (in the promoted dtype of weight and input). With a residual, ``h = x + residual`` is formed in
 the input dtype first (as the decoder layer does) and both ``rms_norm(h)`` and ``h`` are returned.
+With `perm`, the normalized output comes out in that column order (``out[..., j] = norm(h)[..., perm[j]]``)
+while ``h`` keeps the natural order: the gather an act-order GPTQ projection would otherwise make of its
+input in a launch of its own happens here, in the same pass (`modeling.paged_model`).
 """
 
 from __future__ import annotations
@@ -20,22 +23,28 @@ __all__ = ["rms_norm", "rms_norm_reference"]
 
 
 def rms_norm_reference(
-    x: "torch.Tensor", weight: "torch.Tensor", eps: float, residual: Optional["torch.Tensor"] = None
+    x: "torch.Tensor", weight: "torch.Tensor", eps: float, residual: Optional["torch.Tensor"] = None,
+    perm: Optional["torch.Tensor"] = None,
 ) -> Union["torch.Tensor", tuple["torch.Tensor", "torch.Tensor"]]:
-    """PyTorch reference: LlamaRMSNorm, with the residual add first when `residual` is given."""
+    """PyTorch reference: LlamaRMSNorm, with the residual add first when `residual` is given and the
+    output columns gathered by `perm` when given."""
     import torch
 
     h = x if residual is None else x + residual
     hf = h.to(torch.float32)
     var = hf.pow(2).mean(-1, keepdim=True)
     y = weight * (hf * torch.rsqrt(var + eps)).to(h.dtype)
+    if perm is not None:
+        y = y.index_select(-1, perm.to(device=y.device, dtype=torch.long))
     return y if residual is None else (y, h)
 
 
 def rms_norm(
-    x: "torch.Tensor", weight: "torch.Tensor", eps: float, residual: Optional["torch.Tensor"] = None
+    x: "torch.Tensor", weight: "torch.Tensor", eps: float, residual: Optional["torch.Tensor"] = None,
+    perm: Optional["torch.Tensor"] = None,
 ) -> Union["torch.Tensor", tuple["torch.Tensor", "torch.Tensor"]]:
-    """RMSNorm over the last dim of ``x [..., hidden]``; with `residual`, returns ``(norm(x + r), x + r)``.
+    """RMSNorm over the last dim of ``x [..., hidden]``; with `residual`, returns ``(norm(x + r), x + r)``;
+    with `perm` (integer ``[hidden]``, a permutation), the normalized output's columns in that order.
 
     Runs the Triton kernel when `use_triton` holds for the inputs, else `rms_norm_reference`.
     """
@@ -44,9 +53,12 @@ def rms_norm(
         raise InvalidArgumentError(f"RMSNorm weight has shape {tuple(weight.shape)}; expected ({hidden},) for x {tuple(x.shape)}.")
     if residual is not None and residual.shape != x.shape:
         raise InvalidArgumentError(f"residual shape {tuple(residual.shape)} must equal x shape {tuple(x.shape)}.")
+    if perm is not None and (perm.shape != (hidden,) or perm.is_floating_point()):
+        raise InvalidArgumentError(f"perm must be an integer tensor of shape ({hidden},), got {perm.dtype} "
+                                   f"{tuple(perm.shape)}.")
     tensors = (x, weight) if residual is None else (x, weight, residual)
     if not use_triton(*tensors) or x.numel() == 0:
-        return rms_norm_reference(x, weight, eps, residual)
+        return rms_norm_reference(x, weight, eps, residual, perm)
     from ._rmsnorm_triton import rms_norm_triton
 
-    return rms_norm_triton(x, weight, eps, residual)
+    return rms_norm_triton(x, weight, eps, residual, perm)

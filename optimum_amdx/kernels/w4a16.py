@@ -338,10 +338,14 @@ def prepare_gptq_weight(
     )
 
 
-def concat_weights(parts: list[W4A16Weight]) -> Optional[W4A16Weight]:
+def concat_weights(parts: list[W4A16Weight], column_order: Optional["torch.Tensor"] = None) -> Optional[W4A16Weight]:
     """One weight whose columns are `parts`' columns side by side (q/k/v or gate/up of one layer),
     so the layer runs one matmul instead of several; None when they cannot share one launch
-    (different K, group size, act-order permutation, zero handling, or a part not kernel-ready)."""
+    (different K, group size, act-order permutation, zero handling, or a part not kernel-ready).
+
+    `column_order` (int64 ``[N_total]``, a permutation of the joined columns) reorders the result's
+    columns: output column ``j`` is joined column ``column_order[j]``. The paged engine uses it to emit
+    gate/up in the sorted input order of an act-order down projection (`modeling.paged_model`)."""
     import torch
 
     first = parts[0]
@@ -351,14 +355,22 @@ def concat_weights(parts: list[W4A16Weight]) -> Optional[W4A16Weight]:
         if (p.perm is None) != (first.perm is None) or (p.perm is not None and not torch.equal(p.perm, first.perm)):
             return None
     codes = torch.cat([p.codes() for p in parts], dim=1)
+    scales = torch.cat([p.scales for p in parts], dim=1)
     any_zeros = any(p.zeros is not None for p in parts)
     zeros = None
     if any_zeros:
         zeros = torch.cat([p.zeros if p.zeros is not None else torch.full_like(p.scales, 8.0) for p in parts], dim=1)
+    if column_order is not None:
+        order = column_order.to(device=codes.device, dtype=torch.long)
+        if order.shape != (codes.shape[1],) or not torch.equal(torch.sort(order).values,
+                                                              torch.arange(codes.shape[1], device=order.device)):
+            raise InvalidArgumentError(f"column_order must be a permutation of the {codes.shape[1]} joined columns.")
+        codes, scales = codes[:, order], scales[:, order]
+        zeros = zeros[:, order] if zeros is not None else None
     return W4A16Weight(
         qweight=tile_pack(codes),
-        scales=torch.cat([p.scales for p in parts], dim=1).contiguous(),
-        zeros=zeros,
+        scales=scales.contiguous(),
+        zeros=zeros.contiguous() if zeros is not None else None,
         perm=first.perm,
         in_features=first.in_features,
         out_features=sum(p.out_features for p in parts),

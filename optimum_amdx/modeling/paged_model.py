@@ -9,6 +9,13 @@ so a layer runs 4 matmuls instead of 7; the transformers modules are re-pointed 
 fused matrix, so no weight memory is duplicated and the original model keeps working. GPTQ
 linears with matching group layout are fused the same way into one W4A16 weight.
 
+Act-order GPTQ weights read their input in a permuted order (`W4A16Weight.perm`), which costs every
+call a gather of the activations in a launch of its own. Where the producer of that input is ours, the
+gather moves into it (`_Projection.input_perm`): q/k/v and gate/up take their input from an RMSNorm that
+writes it already permuted, and a down projection's input is SiLU(gate) * up, elementwise, so the fused
+gate/up weight is built with its columns in the down projection's order (`_Layer.down_sorted`) and the
+down projection needs no gather at all. Only o_proj (fed by attention heads) keeps the kernel's gather.
+
 The decode step is trimmed toward its memory floor (benchmarks/RESULTS.md, decode section):
 rotary and the paged K/V write are one kernel, SiLU(gate) * up is one pass, decode attention splits
 its keys across programs when few sequences run, and steps of few tokens use our skinny GEMM where
@@ -84,18 +91,19 @@ def _fuse_linears(linears: list[nn.Module]) -> tuple[torch.Tensor, torch.Tensor 
     return weight, bias
 
 
-def _fuse_quantized(linears: list[nn.Module]):
+def _fuse_quantized(linears: list[nn.Module], column_order: torch.Tensor | None = None):
     """One W4A16 weight (and bias) for GPTQ linears of the same input whose group layout matches
     (q/k/v, gate/up): their codes side by side along N, so the layer launches one matmul as an
-    fp16 one does. None when any module is not a 4-bit GPTQ linear ready for the kernel, or their
-    K, group size or act-order permutation differ. The modules' own repacked copies are dropped
-    (they rebuild on demand), so the fused weight costs no extra memory at steady state."""
+    fp16 one does; `column_order` reorders the joined columns (see `concat_weights`). None when any
+    module is not a 4-bit GPTQ linear ready for the kernel, or their K, group size or act-order
+    permutation differ. The modules' own repacked copies are dropped (they rebuild on demand), so
+    the fused weight costs no extra memory at steady state."""
     from ..kernels.w4a16 import concat_weights
 
     if len(linears) < 2 or not all(callable(getattr(m, "kernel_weight", None)) for m in linears):
         return None
     with torch.no_grad():
-        fused = concat_weights([m.kernel_weight() for m in linears])
+        fused = concat_weights([m.kernel_weight() for m in linears], column_order)
         if fused is None:
             return None
         biases = [getattr(m, "bias", None) for m in linears]
@@ -105,28 +113,55 @@ def _fuse_quantized(linears: list[nn.Module]):
             bias = torch.cat([b.to(dtype) if b is not None else torch.zeros(m.out_features, dtype=dtype,
                                                                              device=fused.device)
                               for b, m in zip(biases, linears)])
+            if column_order is not None:
+                bias = bias[column_order.to(device=bias.device, dtype=torch.long)]
     for m in linears:
         m.invalidate()
     return fused, bias
 
 
+HOIST_ACT_ORDER = True
+"""Build-time switch for moving act-order gathers into their producers (see the module docstring); off,
+every act-order GPTQ projection gathers its own input as before. Read when a `PagedDecoder` is built
+(tests and benchmarks build one of each to compare)."""
+_HALF = (torch.float16, torch.bfloat16)
+"""Activation dtypes the W4A16 kernel takes: only these run a fused GPTQ weight (others call the modules)."""
+
+
 class _Projection:
     """Several output projections of the same input, as one matmul when they could be fused
-    (plain nn.Linear weights concatenated, or GPTQ linears through one fused W4A16 weight)."""
+    (plain nn.Linear weights concatenated, or GPTQ linears through one fused W4A16 weight).
 
-    def __init__(self, linears: list[nn.Module]) -> None:
+    An act-order fused GPTQ weight is kept without its permutation: its input must arrive already
+    permuted by `input_perm` (`input_order` says when), which the RMSNorm producing it does in the
+    same pass. `column_order` reorders the fused GPTQ weight's output columns (see `_Layer`)."""
+
+    def __init__(self, linears: list[nn.Module], column_order: torch.Tensor | None = None) -> None:
+        from dataclasses import replace
+
         self.modules = linears
         self.sizes = [m.out_features for m in linears]
         fused = _fuse_linears(linears)
         self.weight, self.bias = fused if fused is not None else (None, None)
-        self.qweight, self.qbias = (None, None) if fused is not None else (_fuse_quantized(linears) or (None, None))
+        self.qweight, self.qbias = ((None, None) if fused is not None
+                                    else (_fuse_quantized(linears, column_order) or (None, None)))
+        self.input_perm: torch.Tensor | None = None
+        if HOIST_ACT_ORDER and self.qweight is not None and self.qweight.perm is not None:
+            self.input_perm = self.qweight.perm
+            self.qweight = replace(self.qweight, perm=None, x_order=None)
+
+    def input_order(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """The permutation an input of `dtype` must be given in (act-order GPTQ weights run fused only
+        for fp16/bf16 inputs; others take the modules, which gather for themselves), or None."""
+        return self.input_perm if dtype in _HALF else None
 
     def fused_output(self, x: torch.Tensor, linear=torch.nn.functional.linear) -> torch.Tensor | None:
         """All projections' outputs side by side from one matmul (`linear` for a plain fused matrix, the
-        W4A16 kernel for a fused GPTQ weight), or None when the projections are not fused."""
+        W4A16 kernel for a fused GPTQ weight, `x` then in `input_order`), or None when the projections
+        are not fused."""
         if self.weight is not None:
             return linear(x, self.weight, self.bias)
-        if self.qweight is not None and x.dtype in (torch.float16, torch.bfloat16):
+        if self.qweight is not None and x.dtype in _HALF:
             from ..kernels.w4a16 import w4a16_matmul
 
             return w4a16_matmul(x, self.qweight, self.qbias)
@@ -189,8 +224,10 @@ class _CheckpointFused(_Projection):
         return list(self.fused_output(x, linear).split(self.sizes, dim=-1))
 
 
-def _projection(modules: list[nn.Module], sizes: list[int]) -> _Projection:
-    return _CheckpointFused(modules[0], sizes) if len(modules) == 1 and len(sizes) > 1 else _Projection(modules)
+def _projection(modules: list[nn.Module], sizes: list[int], column_order: torch.Tensor | None = None) -> _Projection:
+    if len(modules) == 1 and len(sizes) > 1:
+        return _CheckpointFused(modules[0], sizes)
+    return _Projection(modules, column_order)
 
 
 class _NoProjection:
@@ -199,17 +236,45 @@ class _NoProjection:
     weight = bias = None
     sizes: list[int] = []
 
+    def input_order(self, dtype: torch.dtype) -> None:
+        return None
+
+
+def _act_order_weight(module: nn.Module | None):
+    """The kernel weight of a 4-bit act-order GPTQ linear (`W4A16Weight` with a permutation), else None."""
+    if module is None or not callable(getattr(module, "kernel_weight", None)):
+        return None
+    w = module.kernel_weight()
+    return w if w.kernel_ready and w.perm is not None else None
+
 
 class _Layer:
     """Handles on one decoder layer's weights, with its family's departures from Llama (`families.LayerParts`)."""
 
     def __init__(self, parts: LayerParts, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        from dataclasses import replace
+
         self.parts = parts
         self.qkv = _projection(parts.qkv_modules, parts.qkv_sizes)
         self.o_proj = parts.o_proj
         self.moe = moe_runner(parts.moe) if parts.moe is not None else None
-        self.gate_up = _projection(parts.gate_up_modules, parts.gate_up_sizes) if self.moe is None else _NoProjection()
         self.down_proj = parts.down_proj
+        # An act-order down projection reads its input through its permutation; SiLU(gate) * up is
+        # elementwise, so a fused GPTQ gate/up weight built with its columns in that order hands it
+        # the input already sorted, and the down projection runs without its gather (`down_sorted`).
+        down_w = _act_order_weight(parts.down_proj) if self.moe is None and HOIST_ACT_ORDER else None
+        inter = down_w.in_features if down_w is not None else None
+        order = None
+        if down_w is not None and len(parts.gate_up_modules) == 2 and parts.gate_up_sizes == [inter, inter]:
+            perm = down_w.perm.long()
+            order = torch.cat([perm, perm + inter])
+        self.gate_up = (_projection(parts.gate_up_modules, parts.gate_up_sizes, order) if self.moe is None
+                        else _NoProjection())
+        self.down_sorted = None
+        """The down projection's weight without its permutation, when the fused gate/up weight emits
+        its columns in that order (then used for every fp16/bf16 input, see `PagedDecoder._apply_down`)."""
+        if order is not None and self.gate_up.qweight is not None:
+            self.down_sorted = replace(down_w, perm=None, x_order=None)
         self.act: Callable[[torch.Tensor], torch.Tensor] | None = parts.act
         self.act_is_silu = parts.act is not None and _is_silu(parts.act)
         self.ln1_w, self.ln1_eps = parts.input_norm.weight, parts.input_norm.eps
@@ -300,14 +365,24 @@ class PagedDecoder:
             if fused is not None:
                 return self._down(layer, fused, linear)
         gate, up = self._project(proj, x, linear)
-        return self._apply(layer.down_proj, layer.act(gate) * up, linear)
+        return self._apply_down(layer, layer.act(gate) * up, linear)
 
     def _down(self, layer: _Layer, gate_up: torch.Tensor, linear) -> torch.Tensor:
         """down(silu(gate) * up) from the fused gate/up output."""
         down = layer.down_proj
         if self.fusions.act_gemm and linear is skinny_gemm and type(down) is nn.Linear:  # SiLU * up in the GEMM
             return skinny_gemm(gate_up, down.weight, down.bias, act_mul=True)
-        return self._apply(down, silu_and_mul(gate_up), linear)
+        return self._apply_down(layer, silu_and_mul(gate_up), linear)
+
+    def _apply_down(self, layer: _Layer, a: torch.Tensor, linear) -> torch.Tensor:
+        """The down projection of `a` = act(gate) * up. An fp16/bf16 `a` came from the fused gate/up
+        weight (the only path for those dtypes when `down_sorted` exists), so it is already in the act-order
+        down projection's sorted order and takes `down_sorted`; any other input takes the module."""
+        if layer.down_sorted is not None and a.dtype in _HALF:
+            from ..kernels.w4a16 import w4a16_matmul
+
+            return w4a16_matmul(a, layer.down_sorted, getattr(layer.down_proj, "bias", None))
+        return self._apply(layer.down_proj, a, linear)
 
     @torch.inference_mode()
     def forward(self, batch: BatchInputs, cache: PagedKVCache) -> torch.Tensor:
@@ -322,15 +397,16 @@ class PagedDecoder:
         q_size = self.num_heads * self.head_dim
         fuse_norm = self.fusions.norm_gemm and linear is skinny_gemm
         for i, layer in enumerate(self.layers):
+            qkv_order = layer.qkv.input_order(h.dtype)  # act-order GPTQ q/k/v: the norm gathers their input
             if residual is None:
                 residual = h
-                q, k, v = self._project(layer.qkv, rms_norm(h, layer.ln1_w, layer.ln1_eps), linear)
+                q, k, v = self._project(layer.qkv, rms_norm(h, layer.ln1_w, layer.ln1_eps, perm=qkv_order), linear)
             elif fuse_norm and self._dense(layer.qkv):
                 qkv, residual = skinny_gemm_norm(h, residual, layer.ln1_w, layer.ln1_eps, layer.qkv.weight,
                                                  layer.qkv.bias)
                 q, k, v = qkv.split(layer.qkv.sizes, dim=-1)
             else:
-                x, residual = rms_norm(h, layer.ln1_w, layer.ln1_eps, residual=residual)
+                x, residual = rms_norm(h, layer.ln1_w, layer.ln1_eps, residual=residual, perm=qkv_order)
                 q, k, v = self._project(layer.qkv, x, linear)
             q = q.reshape(tokens, self.num_heads, self.head_dim)
             k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
@@ -357,7 +433,8 @@ class PagedDecoder:
                 gate_up, residual = skinny_gemm_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.weight, gu.bias)
                 h = self._down(layer, gate_up, linear)
             else:
-                x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual)
+                x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual,
+                                       perm=gu.input_order(h.dtype))
                 h = self._mlp(layer, x, linear)
             if layer.parts.post_mlp_norm is not None:
                 h = rms_norm(h, layer.parts.post_mlp_norm.weight, layer.parts.post_mlp_norm.eps)

@@ -46,6 +46,28 @@ def test_rms_norm_matches_reference(dtype, hidden, residual):
     torch.testing.assert_close(got, ref, rtol=1e-2 if dtype == torch.float16 else 2e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("hidden", [96, 577])
+def test_rms_norm_gathers_its_output_through_perm(residual, hidden):
+    """With `perm` the normalized row comes out in the permutation's order (what an act-order GPTQ
+    projection reads) and the residual sum stays in the natural order, in one pass."""
+    x = _rand(3, hidden, seed=hidden, dtype=torch.float16, scale=3.0)
+    w = _rand(hidden, seed=hidden + 1, dtype=torch.float16)
+    r = _rand(3, hidden, seed=hidden + 2, dtype=torch.float16) if residual else None
+    perm = torch.randperm(hidden, generator=torch.Generator().manual_seed(hidden)).to(torch.int32).to(DEVICE)
+    plain = rms_norm(x, w, 1e-5, r)
+    got = rms_norm(x, w, 1e-5, r, perm=perm)
+    ref = rms_norm_reference(x, w, 1e-5, r, perm=perm)
+    if residual:
+        torch.testing.assert_close(got[1], plain[1], rtol=0, atol=0)  # h: natural order, exact
+        torch.testing.assert_close(got[1], ref[1], rtol=0, atol=0)
+        got, ref, plain = got[0], ref[0], plain[0]
+    assert got.shape == x.shape and got.dtype == torch.float16
+    # the same values as the plain norm, moved: only the float32 sum of squares may differ in its order
+    torch.testing.assert_close(got, plain[..., perm.long()], rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(got, ref, rtol=1e-2, atol=1e-2)
+
+
 def test_rms_norm_fp32_weight_promotes_and_single_row():
     x = _rand(1, 333, seed=7, dtype=torch.float16)
     w = _rand(333, seed=8)
@@ -60,6 +82,8 @@ def test_rms_norm_rejects_bad_shapes():
         rms_norm(x, _rand(32, seed=2, dtype=torch.float16), 1e-6)
     with pytest.raises(InvalidArgumentError, match="residual"):
         rms_norm(x, _rand(64, seed=2, dtype=torch.float16), 1e-6, _rand(3, 64, seed=3, dtype=torch.float16))
+    with pytest.raises(InvalidArgumentError, match="perm"):
+        rms_norm(x, _rand(64, seed=2, dtype=torch.float16), 1e-6, perm=torch.arange(32, device=DEVICE))
 
 
 def _tables(max_pos: int, rot_dim: int, base: float = 10000.0):
@@ -154,6 +178,10 @@ def test_full_size_on_gpu():
     y_ref, h_ref = rms_norm_reference(x, w, 1e-6, r)
     torch.testing.assert_close(h, h_ref, rtol=0, atol=0)
     torch.testing.assert_close(y, y_ref, rtol=1e-2, atol=1e-2)
+    perm = torch.randperm(4096, generator=torch.Generator().manual_seed(7)).to(torch.int32).to(DEVICE)
+    y_p, h_p = rms_norm(x, w, 1e-6, r, perm=perm)
+    torch.testing.assert_close(h_p, h_ref, rtol=0, atol=0)
+    torch.testing.assert_close(y_p, y[:, perm.long()], rtol=1e-3, atol=1e-3)
     q = _rand(4096, 32, 128, seed=4, dtype=torch.bfloat16)
     k = _rand(4096, 8, 128, seed=5, dtype=torch.bfloat16)
     cos, sin = _tables(8192, 128)

@@ -373,6 +373,24 @@ def test_concat_weights_runs_parts_side_by_side(sym):
                                 group_size=128)
     assert concat_weights([ws[0], other]) is None  # different groups: no shared launch
 
+    # the paged engine's act-order forms: output columns reordered at build time, and a weight without its
+    # permutation reading an input that arrives already permuted (kernels, not the reference, on 1 and 3 rows)
+    from dataclasses import replace
+
+    order = torch.randperm(248, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    reordered = concat_weights(ws, column_order=order)
+    presorted = replace(fused, perm=None)
+    for rows in (1, 3):
+        xr = x[:rows]
+        plain = w4a16_matmul(xr, fused)
+        # the same columns, though a column's split-K partition (its float32 summation order) may differ
+        torch.testing.assert_close(w4a16_matmul(xr, reordered), plain[:, order], rtol=1e-3,
+                                   atol=1e-3 * plain.abs().max().item())
+        torch.testing.assert_close(w4a16_matmul(xr.index_select(1, fused.perm.long()), presorted), plain,
+                                   rtol=1e-3, atol=1e-3 * plain.abs().max().item())
+    with pytest.raises(InvalidArgumentError, match="permutation"):
+        concat_weights(ws, column_order=torch.zeros(248, dtype=torch.long, device=DEVICE))
+
 
 def quantize_with_g_idx(k: int, n: int, group: int, sym: bool, g_idx: torch.Tensor, seed: int):
     """Like `quantize` but with a given act-order g_idx (the parts of one fused projection share it)."""

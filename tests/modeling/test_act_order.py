@@ -1,0 +1,84 @@
+"""Act-order GPTQ in the paged engine: the activation gathers move into the ops that produce the inputs.
+
+q/k/v and gate/up get their input from an RMSNorm that writes it permuted, and the down projection from a
+gate/up weight whose columns were put in its order at build time (`paged_model.HOIST_ACT_ORDER`). The
+engine built that way must give the tokens of the engine built without it and of transformers.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from optimum_amdx.modeling import AMDModelForCausalLM
+from optimum_amdx.modeling import paged_model
+from optimum_amdx.quantization import QuantLinear
+
+from ..kernels.test_w4a16 import quantize_with_g_idx
+from .conftest import hf_greedy, random_prompts, tiny_model
+
+GROUP = 16
+
+
+def _act_order_g_idx(k: int, seed: int) -> torch.Tensor:
+    """A GPTQ act-order group index: groups of `GROUP` rows taken in a random order of the rows."""
+    order = torch.randperm(k, generator=torch.Generator().manual_seed(seed))
+    g_idx = torch.empty(k, dtype=torch.int32)
+    g_idx[order] = (torch.arange(k) // GROUP).to(torch.int32)
+    return g_idx
+
+
+def act_order_llama(seed: int = 3, sym: bool = False):
+    """A tiny fp32 Llama whose seven linears per layer are 4-bit act-order QuantLinears with random codes;
+    the linears of one input (q/k/v, gate/up) share its permutation, as GPTQ gives them."""
+    model = copy.deepcopy(tiny_model("llama", seed=seed))
+    for i, layer in enumerate(model.model.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        for j, names in enumerate(((attn, ("q_proj", "k_proj", "v_proj")), (attn, ("o_proj",)),
+                                   (mlp, ("gate_proj", "up_proj")), (mlp, ("down_proj",)))):
+            parent, members = names
+            k = getattr(parent, members[0]).in_features
+            g_idx = _act_order_g_idx(k, seed=100 * i + j)
+            for t, name in enumerate(members):
+                n = getattr(parent, name).out_features
+                qweight, qzeros, scales, g, _ = quantize_with_g_idx(k, n, GROUP, sym, g_idx, seed=1000 * i + 10 * j + t)
+                # larger scales than the helper's so the tiny model's logits are not near-ties
+                tensors = {"qweight": qweight, "qzeros": qzeros, "scales": (scales.float() * 8).half(), "g_idx": g}
+                setattr(parent, name, QuantLinear.from_packed(tensors, k, n, 4, GROUP, "gptq"))
+    return model
+
+
+def _engine(model, hoist: bool, monkeypatch) -> AMDModelForCausalLM:
+    monkeypatch.setattr(paged_model, "HOIST_ACT_ORDER", hoist)
+    return AMDModelForCausalLM(copy.deepcopy(model), num_blocks=32, max_model_len=64)
+
+
+@pytest.mark.parametrize("sym", [False, True])
+def test_act_order_gathers_move_into_the_norm_and_the_gate_up_columns(sym, monkeypatch):
+    model = act_order_llama(sym=sym).half()
+    hoisted = _engine(model, True, monkeypatch)
+    plain = _engine(model, False, monkeypatch)
+    for layer in hoisted.decoder.layers:
+        assert layer.qkv.input_perm is not None and layer.qkv.qweight.perm is None
+        assert layer.gate_up.input_perm is not None and layer.gate_up.qweight.perm is None
+        assert layer.down_sorted is not None and layer.down_sorted.perm is None
+        assert layer.o_proj.kernel_weight().perm is not None  # fed by attention heads: keeps its gather
+    for layer in plain.decoder.layers:
+        assert layer.qkv.input_perm is None and layer.qkv.qweight.perm is not None and layer.down_sorted is None
+
+    prompts = random_prompts(3, 4, 14, seed=17)
+    got = hoisted.generate(prompts, max_new_tokens=8)
+    assert got == plain.generate(prompts, max_new_tokens=8)
+    assert got == [hf_greedy(model, p, 8) for p in prompts]
+
+
+def test_act_order_hoisting_keeps_float32_on_the_modules(monkeypatch):
+    """float32 activations never run the fused GPTQ weights: the norm must not permute their input."""
+    model = act_order_llama(seed=5)
+    am = _engine(model, True, monkeypatch)
+    layer = am.decoder.layers[0]
+    assert layer.qkv.input_order(torch.float32) is None and layer.qkv.input_order(torch.float16) is not None
+    prompts = random_prompts(2, 4, 10, seed=23)
+    assert am.generate(prompts, max_new_tokens=6) == [hf_greedy(model, p, 6) for p in prompts]
