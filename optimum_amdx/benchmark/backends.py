@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..errors import InvalidArgumentError, UnsupportedModelError
 
-QUANTIZATIONS = ("none", "gptq-4bit")
+QUANTIZATIONS = ("none", "gptq-4bit", "gptq-4bit-act-order")
 
 
 @dataclass
@@ -141,20 +141,24 @@ def apply_quantization(model: Any, quantization: str, device: str) -> tuple[Any,
 
     The weights are round-to-nearest (group 128, no calibration data): the layers, storage and
     kernels are those of a real GPTQ checkpoint, so speed and memory are representative; accuracy
-    is not measured here.
+    is not measured here. "gptq-4bit-act-order" stores them in the act-order layout (groups over a
+    permuted column order, `g_idx` not monotone), as `desc_act=True` checkpoints are.
     """
     if quantization == "none":
         return model, []
-    if quantization != "gptq-4bit":
+    if quantization not in QUANTIZATIONS:
         raise InvalidArgumentError(f"Unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}.")
     from ..quantization import GPTQConfig, GPTQQuantizer
 
     cfg = model.config
     group = 128 if cfg.hidden_size % 128 == 0 and cfg.intermediate_size % 128 == 0 else 32
-    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=group), method="rtn", device=device, verbose=False)
+    act_order = quantization == "gptq-4bit-act-order"
+    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=group, desc_act=act_order), method="rtn", device=device,
+                              verbose=False)
     model = quantizer.quantize(model)
     gc.collect()
-    return model, [f"gptq-4bit: RTN-quantized 4-bit group-{group} weights (speed and memory, not accuracy)"]
+    layout = ", act-order layout (seeded column order)" if act_order else ""
+    return model, [f"{quantization}: RTN-quantized 4-bit group-{group} weights{layout} (speed and memory, not accuracy)"]
 
 
 def _runner_from_torch(model: Any, generate: Callable[..., Any], notes: list[str]) -> Runner:

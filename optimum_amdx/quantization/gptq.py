@@ -77,12 +77,20 @@ def quantize_codes(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bit
     return torch.clamp(torch.round(w / scale.unsqueeze(1)) + zero.unsqueeze(1), 0, 2**bits - 1)
 
 
-def rtn_quantize(weight: torch.Tensor, cfg: GPTQConfig) -> QuantResult:
-    """Round-to-nearest baseline with the same grid, groups and packing as GPTQ (no data needed)."""
+def rtn_quantize(weight: torch.Tensor, cfg: GPTQConfig, order: torch.Tensor | None = None) -> QuantResult:
+    """Round-to-nearest baseline with the same grid, groups and packing as GPTQ (no data needed).
+
+    `order` (a permutation of the K input columns) forms the groups over the columns taken in that
+    order, i.e. the act-order checkpoint layout (non-monotone `g_idx`) without a Hessian to choose it."""
     W = weight.detach().float()
     n_out, k = W.shape
     gs = group_rows(cfg.group_size, k)
     keep = cfg.checkpoint_format == "gptq"
+    if order is not None:
+        order = order.to(device=W.device, dtype=torch.long)
+        if order.shape != (k,) or not torch.equal(torch.sort(order).values, torch.arange(k, device=W.device)):
+            raise InvalidArgumentError(f"order must be a permutation of the {k} input columns.")
+        W = W[:, order]
     codes, scales, zeros = [], [], []
     for g0 in range(0, k, gs):
         block = W[:, g0 : g0 + gs]
@@ -94,6 +102,10 @@ def rtn_quantize(weight: torch.Tensor, cfg: GPTQConfig) -> QuantResult:
     S = torch.stack(scales)
     Z = torch.stack(zeros)
     g_idx = torch.arange(k, device=W.device) // gs
+    if order is not None:  # back to the original column order; g_idx records each column's group
+        inv = torch.argsort(order)
+        q, W = q[:, inv], W[:, inv]
+        g_idx = g_idx[inv]
     deq = (q - Z[g_idx].t()) * S[g_idx].t()
     err = float(((deq - W) ** 2).sum())
     return QuantResult(q.to(torch.int32), S, Z.to(torch.int32), g_idx.to(torch.int32), deq, err)

@@ -150,12 +150,19 @@ class GPTQQuantizer:
 
     # ----------------------------------------------------------------- RTN
     def _quantize_rtn(self, prefix: str, layers: nn.ModuleList) -> None:
+        """Round-to-nearest, layer by layer. With `desc_act` there is no Hessian to order columns by: each
+        layer's linears of one input width share a seeded random column order, which gives the act-order
+        checkpoint layout (benchmarks measure its speed, `benchmark.backends`) at RTN's accuracy."""
         cfg = self.config
         for i, layer in enumerate(tqdm(layers, desc="RTN", disable=not self.verbose)):
             for name, lin in block_linears(layer, f"{prefix}.{i}", cfg.modules_to_not_convert).items():
                 t0 = time.perf_counter()
                 weight = lin.weight.to(self.device)
-                res = rtn_quantize(weight, cfg)
+                order = None
+                if cfg.desc_act:
+                    k = lin.in_features
+                    order = torch.randperm(k, generator=torch.Generator().manual_seed(cfg.seed * 1_000_003 + i * 65_537 + k))
+                res = rtn_quantize(weight, cfg, order)
                 set_submodule(layer, name, self._to_quant_linear(lin, res))
                 self.stats.append(LayerStat(i, name, res.error, time.perf_counter() - t0))
 

@@ -165,6 +165,16 @@ def test_weight_accounting_of_quantized_model():
     assert q_emb == emb and q_non_emb == non_emb
     assert q_total < total and "RTN" in notes[0]
 
+    from optimum_amdx.quantization import QuantLinear
+
+    amodel, notes = apply_quantization(build_torch_model(source, torch.float32, "cpu", seed=1), "gptq-4bit-act-order", "cpu")
+    layer = amodel.model.layers[0]
+    assert "act-order" in notes[0] and isinstance(layer.mlp.down_proj, QuantLinear)
+    g_idx = [getattr(layer.self_attn, n).g_idx for n in ("q_proj", "k_proj", "v_proj")]
+    assert not bool((g_idx[0][1:] >= g_idx[0][:-1]).all())  # act-order: the groups are not in row order
+    assert all(torch.equal(g, g_idx[0]) for g in g_idx)  # one input, one order: q/k/v still fuse
+    assert torch.equal(layer.mlp.gate_proj.g_idx, layer.mlp.up_proj.g_idx)
+
 
 def test_unsupported_combination_is_recorded_not_fatal(monkeypatch):
     from optimum_amdx.benchmark import backends

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from optimum_amdx.errors import InvalidArgumentError
 from optimum_amdx.kernels.w4a16 import dequantize_gptq
 from optimum_amdx.quantization import GPTQConfig
 from optimum_amdx.quantization.gptq import HessianAccumulator, gptq_quantize, rtn_quantize
@@ -76,6 +77,24 @@ def test_asym_v1_zero_is_storable():
     assert int(res.zeros.min()) >= 1
     res2 = rtn_quantize(W, GPTQConfig(bits=4, group_size=32, sym=False, checkpoint_format="gptq_v2"))
     assert int(res2.zeros.min()) == 0
+
+
+def test_rtn_in_a_column_order_gives_the_act_order_layout():
+    """Groups over the columns taken in `order`: g_idx records them, the packed tensors dequantize to the
+    result, and the error is that of RTN on the reordered matrix."""
+    W = torch.randn(24, 96, generator=torch.Generator().manual_seed(4))
+    cfg = GPTQConfig(bits=4, group_size=32, sym=False)
+    order = torch.randperm(96, generator=torch.Generator().manual_seed(5))
+    res = rtn_quantize(W, cfg, order)
+    assert torch.equal(res.g_idx[order].long(), torch.arange(96) // 32)  # group g = order[32g : 32g + 32]
+    packed = pack_gptq(res.codes, res.scales, res.zeros, res.g_idx, 4, "gptq")
+    deq = dequantize_gptq(packed["qweight"], packed["qzeros"], packed["scales"], packed["g_idx"], 4, "gptq").t()
+    torch.testing.assert_close(deq, res.dequantized, rtol=0, atol=1e-6)
+    on_reordered = rtn_quantize(W[:, order], cfg)
+    torch.testing.assert_close(res.dequantized[:, order], on_reordered.dequantized, rtol=0, atol=0)
+    assert res.error == pytest.approx(on_reordered.error)
+    with pytest.raises(InvalidArgumentError, match="permutation"):
+        rtn_quantize(W, cfg, torch.zeros(96, dtype=torch.long))
 
 
 def test_partial_last_group():
