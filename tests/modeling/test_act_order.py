@@ -30,10 +30,12 @@ def _act_order_g_idx(k: int, seed: int) -> torch.Tensor:
     return g_idx
 
 
-def act_order_llama(seed: int = 3, sym: bool = False):
-    """A tiny fp32 Llama whose seven linears per layer are 4-bit act-order QuantLinears with random codes;
-    the linears of one input (q/k/v, gate/up) share its permutation, as GPTQ gives them."""
-    model = copy.deepcopy(tiny_model("llama", seed=seed))
+def act_order_llama(seed: int = 3, sym: bool = False, bias: bool = False):
+    """A tiny fp32 Llama whose seven linears per layer are 4-bit act-order QuantLinears with random codes
+    (and the model's biases, with `bias`); the linears of one input (q/k/v, gate/up) share its
+    permutation, as GPTQ gives them."""
+    extra = {"attention_bias": True, "mlp_bias": True} if bias else {}
+    model = copy.deepcopy(tiny_model("llama", seed=seed, **extra))
     for i, layer in enumerate(model.model.layers):
         attn, mlp = layer.self_attn, layer.mlp
         for j, names in enumerate(((attn, ("q_proj", "k_proj", "v_proj")), (attn, ("o_proj",)),
@@ -46,7 +48,9 @@ def act_order_llama(seed: int = 3, sym: bool = False):
                 qweight, qzeros, scales, g, _ = quantize_with_g_idx(k, n, GROUP, sym, g_idx, seed=1000 * i + 10 * j + t)
                 # larger scales than the helper's so the tiny model's logits are not near-ties
                 tensors = {"qweight": qweight, "qzeros": qzeros, "scales": (scales.float() * 8).half(), "g_idx": g}
-                setattr(parent, name, QuantLinear.from_packed(tensors, k, n, 4, GROUP, "gptq"))
+                old = getattr(parent, name)
+                b = old.bias.detach().clone() if old.bias is not None else None
+                setattr(parent, name, QuantLinear.from_packed(tensors, k, n, 4, GROUP, "gptq", bias=b))
     return model
 
 
@@ -55,9 +59,9 @@ def _engine(model, hoist: bool, monkeypatch) -> AMDModelForCausalLM:
     return AMDModelForCausalLM(copy.deepcopy(model), num_blocks=32, max_model_len=64)
 
 
-@pytest.mark.parametrize("sym", [False, True])
-def test_act_order_gathers_move_into_the_norm_and_the_gate_up_columns(sym, monkeypatch):
-    model = act_order_llama(sym=sym).half()
+@pytest.mark.parametrize("sym,bias", [(False, False), (True, True)])
+def test_act_order_gathers_move_into_the_norm_and_the_gate_up_columns(sym, bias, monkeypatch):
+    model = act_order_llama(sym=sym, bias=bias).half()
     hoisted = _engine(model, True, monkeypatch)
     plain = _engine(model, False, monkeypatch)
     for layer in hoisted.decoder.layers:
