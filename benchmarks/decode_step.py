@@ -15,6 +15,10 @@ For each model shape (random weights, no hub) and dtype, and each fusion variant
 - optionally compares the skinny Triton GEMM with cuBLAS/hipBLASLt (`F.linear`) on every linear
   shape of the model at small M, with weights rotated so nothing is served from L2.
 
+With `--quantizations gptq-4bit,gptq-4bit-act-order` the decoder's linears are 4-bit GPTQ-format
+layers (RTN weights, as `optimum-amdx benchmark` makes them), and `--act-order-hoist on,off` builds the
+engine with and without the act-order gathers moved into their producers (`paged_model.HOIST_ACT_ORDER`).
+
 Prints tables and writes JSON (`--out`). Reuses `optimum_amdx.benchmark` (model build, ceilings,
 roofline, timing) rather than private copies. Over 400 lines on purpose: one script holds every
 measurement of the issue, so one device call runs them all from the same build.
@@ -29,11 +33,12 @@ from typing import Any
 
 import torch
 
-from optimum_amdx.benchmark.backends import build_torch_model, resolve_source
+from optimum_amdx.benchmark.backends import _tensor_bytes, apply_quantization, build_torch_model, resolve_source
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.roofline import ModelGeometry, kv_cache_bytes
 from optimum_amdx.benchmark.timing import call_seconds, graph_ms
 from optimum_amdx.modeling.cache import PagedKVCache
+from optimum_amdx.modeling import paged_model
 from optimum_amdx.modeling.paged_model import BatchInputs, DecodeFusions, PagedDecoder
 from optimum_amdx.modeling.runner import ModelRunner
 
@@ -114,11 +119,16 @@ class StepBench:
     """One model in one dtype: a paged cache filled with random K/V and helpers to time steps."""
 
     def __init__(self, shape: str, dtype: torch.dtype, max_batch: int, context: int, max_model_len: int,
-                 block_size: int, seed: int) -> None:
+                 block_size: int, seed: int, quantization: str = "none", hoist_act_order: bool = True) -> None:
         source = resolve_source(shape)
         self.config = source.config
-        self.model = build_torch_model(source, dtype, DEVICE, seed)
-        self.decoder = PagedDecoder(self.model, max_model_len)
+        self.model, _ = apply_quantization(build_torch_model(source, dtype, DEVICE, seed), quantization, DEVICE)
+        previous = paged_model.HOIST_ACT_ORDER
+        paged_model.HOIST_ACT_ORDER = hoist_act_order
+        try:
+            self.decoder = PagedDecoder(self.model, max_model_len)
+        finally:
+            paged_model.HOIST_ACT_ORDER = previous
         self.geom = ModelGeometry.from_config(self.config)
         self.block_size = block_size
         self.context = context
@@ -130,8 +140,8 @@ class StepBench:
         for t in self.cache.k + self.cache.v:
             t.normal_(0.0, 1.0, generator=gen)
         emb = self.model.get_input_embeddings().weight
-        total = sum(p.numel() * p.element_size() for p in {p.data_ptr(): p for p in self.model.parameters()}.values())
-        self.weight_bytes = float(total - emb.numel() * emb.element_size())
+        total, emb_bytes, _, _ = _tensor_bytes(self.model)  # parameters and buffers (GPTQ weights are buffers)
+        self.weight_bytes = total - emb_bytes
         self.elem = emb.element_size()
         self.gen = torch.Generator().manual_seed(seed)
 
@@ -269,13 +279,17 @@ def gemm_sweep(config, dtype: torch.dtype, ms: list[int], bandwidth: float, swee
     return rows
 
 
-def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float) -> dict[str, Any]:
+def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float, quantization: str = "none",
+              hoist: bool = True) -> dict[str, Any]:
     dtype = _DTYPES[dtype_name]
     seqs = max(args.batch_sizes + ([1 + args.mixed_decode] if args.prefill else []))  # the mixed step's too
-    bench = StepBench(shape, dtype, seqs, args.context, args.max_model_len, args.block_size, args.seed)
+    bench = StepBench(shape, dtype, seqs, args.context, args.max_model_len, args.block_size, args.seed,
+                      quantization, hoist)
     layers = bench.geom.num_layers
-    out: dict[str, Any] = {"shape": shape, "dtype": dtype_name, "weight_bytes": bench.weight_bytes,
-                           "layers": layers, "context": args.context, "decode": {}, "prefill": {}}
+    run_label = dtype_name if quantization == "none" else f"{dtype_name},{quantization},hoist={'on' if hoist else 'off'}"
+    out: dict[str, Any] = {"shape": shape, "dtype": run_label, "quantization": quantization, "hoist_act_order": hoist,
+                           "weight_bytes": bench.weight_bytes, "layers": layers, "context": args.context,
+                           "decode": {}, "prefill": {}}
     variants = [v for v in args.variants]
     if args.gemm_ms:
         out["gemm"] = gemm_sweep(bench.config, dtype, args.gemm_ms, bandwidth, args.sweep, args.install)
@@ -296,7 +310,7 @@ def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float
                     row.update(profile_kernels(g.graph.replay))
                 out["decode"].setdefault(label, {})[str(b)] = row
                 fam = row.get("families", {})
-                print(f"{shape} {dtype_name} {label:24s} b={b:3d}: step {row['step_ms']:.3f} ms, floor "
+                print(f"{shape} {out['dtype']} {label:24s} b={b:3d}: step {row['step_ms']:.3f} ms, floor "
                       f"{row['floor_ms']:.3f} ms ({row['pct_floor']:.1f}%), kernels {row.get('kernels_per_call', '-')}, "
                       f"idle {row.get('idle_us', 0):.0f} us | "
                       + ", ".join(f"{k} {v['count']:.0f}x {v['us']:.0f}us" for k, v in fam.items()), flush=True)
@@ -319,7 +333,7 @@ def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float
                     if args.profile:
                         row.update(profile_kernels(lambda: bench.decoder.forward(inputs, bench.cache), reps=3))
                 out["prefill"].setdefault(vname, {})[label] = row
-                print(f"{shape} {dtype_name} {vname:24s} {label}: {row['ms']:.2f} ms"
+                print(f"{shape} {out['dtype']} {vname:24s} {label}: {row['ms']:.2f} ms"
                       + (f", floor {row['floor_ms']:.2f} ms ({row['pct_floor']:.1f}%)" if "floor_ms" in row else ""),
                       flush=True)
     del bench
@@ -350,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="llama-3-8b")
     p.add_argument("--dtypes", default="fp16")
+    p.add_argument("--quantizations", default="none", help="comma list of none, gptq-4bit, gptq-4bit-act-order")
+    p.add_argument("--act-order-hoist", default="on", help="comma list of on, off (GPTQ runs only)")
     p.add_argument("--batch-sizes", default="1,16,64")
     p.add_argument("--context", type=int, default=512, help="cached tokens per sequence before the timed step")
     p.add_argument("--max-model-len", type=int, default=576, help="graph bound (the harness uses prompt + new tokens)")
@@ -384,10 +400,12 @@ def main(argv: list[str] | None = None) -> int:
                                "matmul_TFps": matmul / 1e12, "context": args.context, "torch": torch.__version__,
                                "skinny_max_m_override": args.skinny_max_m, "runs": []}
     print(f"{results['device']}: copy {bandwidth / 1e12:.2f} TB/s, matmul {matmul / 1e12:.0f} TF/s", flush=True)
+    hoists = [{"on": True, "off": False}[h] for h in args.act_order_hoist.split(",")]
+    combos = [(q, h) for q in args.quantizations.split(",") for h in (hoists if q != "none" else [True])]
     for shape in args.shapes.split(","):
-        for dt in args.dtypes.split(","):
+        for dt, (quant, hoist) in ((dt, c) for dt in args.dtypes.split(",") for c in combos):
             try:
-                results["runs"].append(run_shape(args, shape, dt, bandwidth, matmul))
+                results["runs"].append(run_shape(args, shape, dt, bandwidth, matmul, quant, hoist))
             except Exception:  # keep what the other shapes measured; the traceback says what broke
                 import traceback
 
