@@ -14,7 +14,8 @@ call a gather of the activations in a launch of its own. Where the producer of t
 gather moves into it (`_Projection.input_perm`): q/k/v and gate/up take their input from an RMSNorm that
 writes it already permuted, and a down projection's input is SiLU(gate) * up, elementwise, so the fused
 gate/up weight is built with its columns in the down projection's order (`_Layer.down_sorted`) and the
-down projection needs no gather at all. Only o_proj (fed by attention heads) keeps the kernel's gather.
+down projection needs no gather at all (also for a checkpoint's own fused qkv_proj / gate_up_proj, as
+Phi-3's). Only o_proj (fed by attention heads) keeps the kernel's gather.
 
 The decode step is trimmed toward its memory floor (benchmarks/RESULTS.md, decode section):
 rotary and the paged K/V write are one kernel, SiLU(gate) * up is one pass, decode attention splits
@@ -100,8 +101,10 @@ def _fuse_quantized(linears: list[nn.Module], column_order: torch.Tensor | None 
     the fused weight costs no extra memory at steady state."""
     from ..kernels.w4a16 import concat_weights
 
-    if len(linears) < 2 or not all(callable(getattr(m, "kernel_weight", None)) for m in linears):
+    if not linears or not all(callable(getattr(m, "kernel_weight", None)) for m in linears):
         return None
+    if len(linears) == 1 and column_order is None and not (HOIST_ACT_ORDER and linears[0].kernel_weight().perm is not None):
+        return None  # one plain linear: nothing to join, reorder or hoist, the module runs itself
     with torch.no_grad():
         fused = concat_weights([m.kernel_weight() for m in linears], column_order)
         if fused is None:
@@ -212,8 +215,8 @@ def _is_silu(act: Callable[[torch.Tensor], torch.Tensor]) -> bool:
 class _CheckpointFused(_Projection):
     """One linear that the checkpoint already fused (Phi-3 `qkv_proj` / `gate_up_proj`), split by `sizes`."""
 
-    def __init__(self, module: nn.Module, sizes: list[int]) -> None:
-        super().__init__([module])
+    def __init__(self, module: nn.Module, sizes: list[int], column_order: torch.Tensor | None = None) -> None:
+        super().__init__([module], column_order)
         self.sizes = sizes
 
     def fused_output(self, x: torch.Tensor, linear=torch.nn.functional.linear) -> torch.Tensor:
@@ -226,7 +229,7 @@ class _CheckpointFused(_Projection):
 
 def _projection(modules: list[nn.Module], sizes: list[int], column_order: torch.Tensor | None = None) -> _Projection:
     if len(modules) == 1 and len(sizes) > 1:
-        return _CheckpointFused(modules[0], sizes)
+        return _CheckpointFused(modules[0], sizes, column_order)
     return _Projection(modules, column_order)
 
 
@@ -265,7 +268,7 @@ class _Layer:
         down_w = _act_order_weight(parts.down_proj) if self.moe is None and HOIST_ACT_ORDER else None
         inter = down_w.in_features if down_w is not None else None
         order = None
-        if down_w is not None and len(parts.gate_up_modules) == 2 and parts.gate_up_sizes == [inter, inter]:
+        if down_w is not None and parts.gate_up_sizes == [inter, inter]:  # gate/up, or Phi-3's gate_up_proj
             perm = down_w.perm.long()
             order = torch.cat([perm, perm + inter])
         self.gate_up = (_projection(parts.gate_up_modules, parts.gate_up_sizes, order) if self.moe is None

@@ -18,6 +18,7 @@ from optimum_amdx.quantization import QuantLinear
 
 from ..kernels.test_w4a16 import quantize_with_g_idx
 from .conftest import hf_greedy, random_prompts, tiny_model
+from .test_families import family_model
 
 GROUP = 16
 
@@ -30,17 +31,25 @@ def _act_order_g_idx(k: int, seed: int) -> torch.Tensor:
     return g_idx
 
 
-def act_order_llama(seed: int = 3, sym: bool = False, bias: bool = False):
-    """A tiny fp32 Llama whose seven linears per layer are 4-bit act-order QuantLinears with random codes
-    (and the model's biases, with `bias`); the linears of one input (q/k/v, gate/up) share its
-    permutation, as GPTQ gives them."""
-    extra = {"attention_bias": True, "mlp_bias": True} if bias else {}
-    model = copy.deepcopy(tiny_model("llama", seed=seed, **extra))
+def _inputs(model_type: str, layer) -> tuple:
+    """(module, names of its linears that read one input) of a decoder layer."""
+    attn, mlp = layer.self_attn, layer.mlp
+    if model_type == "phi3":  # the checkpoint fuses q/k/v and gate/up itself
+        return (attn, ("qkv_proj",)), (attn, ("o_proj",)), (mlp, ("gate_up_proj",)), (mlp, ("down_proj",))
+    return ((attn, ("q_proj", "k_proj", "v_proj")), (attn, ("o_proj",)), (mlp, ("gate_proj", "up_proj")),
+            (mlp, ("down_proj",)))
+
+
+def act_order_model(model_type: str = "llama", seed: int = 3, sym: bool = False, bias: bool = False):
+    """A tiny fp32 model whose linears are 4-bit act-order QuantLinears with random codes (and the model's
+    biases, with `bias`); the linears of one input (q/k/v, gate/up) share its permutation, as GPTQ gives
+    them."""
+    if model_type == "llama":
+        model = copy.deepcopy(tiny_model("llama", seed=seed, **({"attention_bias": True, "mlp_bias": True} if bias else {})))
+    else:
+        model = copy.deepcopy(family_model(model_type))
     for i, layer in enumerate(model.model.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        for j, names in enumerate(((attn, ("q_proj", "k_proj", "v_proj")), (attn, ("o_proj",)),
-                                   (mlp, ("gate_proj", "up_proj")), (mlp, ("down_proj",)))):
-            parent, members = names
+        for j, (parent, members) in enumerate(_inputs(model_type, layer)):
             k = getattr(parent, members[0]).in_features
             g_idx = _act_order_g_idx(k, seed=100 * i + j)
             for t, name in enumerate(members):
@@ -59,9 +68,9 @@ def _engine(model, hoist: bool, monkeypatch) -> AMDModelForCausalLM:
     return AMDModelForCausalLM(copy.deepcopy(model), num_blocks=32, max_model_len=64)
 
 
-@pytest.mark.parametrize("sym,bias", [(False, False), (True, True)])
-def test_act_order_gathers_move_into_the_norm_and_the_gate_up_columns(sym, bias, monkeypatch):
-    model = act_order_llama(sym=sym, bias=bias).half()
+@pytest.mark.parametrize("model_type,sym,bias", [("llama", False, False), ("llama", True, True), ("phi3", False, False)])
+def test_act_order_gathers_move_into_the_norm_and_the_gate_up_columns(model_type, sym, bias, monkeypatch):
+    model = act_order_model(model_type, sym=sym, bias=bias).half()
     hoisted = _engine(model, True, monkeypatch)
     plain = _engine(model, False, monkeypatch)
     for layer in hoisted.decoder.layers:
@@ -69,8 +78,10 @@ def test_act_order_gathers_move_into_the_norm_and_the_gate_up_columns(sym, bias,
         assert layer.gate_up.input_perm is not None and layer.gate_up.qweight.perm is None
         assert layer.down_sorted is not None and layer.down_sorted.perm is None
         assert layer.o_proj.kernel_weight().perm is not None  # fed by attention heads: keeps its gather
+        assert isinstance(layer.gate_up, paged_model._CheckpointFused) == (model_type == "phi3")
     for layer in plain.decoder.layers:
-        assert layer.qkv.input_perm is None and layer.qkv.qweight.perm is not None and layer.down_sorted is None
+        assert layer.qkv.input_perm is None and layer.down_sorted is None
+        assert layer.qkv.qweight is None or layer.qkv.qweight.perm is not None  # one module (Phi-3) runs itself
 
     prompts = random_prompts(3, 4, 14, seed=17)
     got = hoisted.generate(prompts, max_new_tokens=8)
@@ -80,7 +91,7 @@ def test_act_order_gathers_move_into_the_norm_and_the_gate_up_columns(sym, bias,
 
 def test_act_order_hoisting_keeps_float32_on_the_modules(monkeypatch):
     """float32 activations never run the fused GPTQ weights: the norm must not permute their input."""
-    model = act_order_llama(seed=5)
+    model = act_order_model(seed=5)
     am = _engine(model, True, monkeypatch)
     layer = am.decoder.layers[0]
     assert layer.qkv.input_order(torch.float32) is None and layer.qkv.input_order(torch.float16) is not None
