@@ -7,7 +7,13 @@ and % of copy bandwidth (bytes = packed weights + scales + zeros + perm + x + ou
 the packed loop's knobs (prepared activation pairs, four words per asm instance, warps, register
 cap, programs per SM) on four shapes. Times are medians of CUDA-graph replays over enough weight
 copies that L2 cannot hold them (the same helpers as bench_w4a16.py).
-Usage: python benchmarks/bench_w4a16_gemv.py --out gemv.json [--quick]
+With --fixed-cost it instead takes the one-row call's fixed cost apart (RESULTS.md section round8: about
+3.6 us of every g128 call besides streaming): the graph-replay cost of an empty kernel with the stream
+kernel's grid, then K swept from 128 to 8192 rows on a 14336-wide g128 weight, once with the shipped grid
+(programs split column blocks: the float32-atomic flush, the fence and the ticket) and once with one
+program per column block (`programs` = N / 128: whole blocks, direct stores, no flush); a line fitted to
+each gives its intercept, and the difference of the two intercepts is what the split-K flush costs.
+Usage: python benchmarks/bench_w4a16_gemv.py --out gemv.json [--quick | --fixed-cost]
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import sys
 from typing import Any, Optional
 
 import torch
+import triton
+import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,11 +53,66 @@ def _pct(w: Any, ms: float, copy_bw: float) -> float:
     return 100 * call_bytes(w, 1) / (ms * 1e-3) / copy_bw
 
 
+@triton.jit
+def _touch(out_ptr):
+    """The empty kernel of `fixed_cost`: one store per program."""
+    tl.store(out_ptr + tl.program_id(0), 1.0)
+
+
+FIXED_COST_N = 14336
+FIXED_COST_KS = [128, 256, 512, 1024, 2048, 4096, 8192]
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of (x, y) points."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return my - slope * mx, slope
+
+
+def fixed_cost(copy_bw: float, base: dict[str, Any]) -> dict[str, Any]:
+    """The one-row fixed cost taken apart (see the module docstring); times in us."""
+    from optimum_amdx.benchmark.timing import graph_ms
+    from optimum_amdx.kernels.runtime import compute_units
+
+    sms = compute_units(torch.device("cuda"))
+    grid = 4 * sms  # the shipped 8-warp one-row grid: 4 resident programs per SM
+    sink = torch.empty(grid, device="cuda")
+    empty_us = 1e3 * graph_ms([lambda: _touch[(grid,)](sink, num_warps=8)] * 64)
+    out: dict[str, Any] = {"empty_kernel_us": empty_us, "grid": grid, "N": FIXED_COST_N, "rows": []}
+    print(f"fixed cost: empty kernel of {grid} programs, graph-replayed: {empty_us:.2f} us", flush=True)
+    nb = FIXED_COST_N // 128
+    for k in FIXED_COST_KS:
+        w, _ = random_gptq(k, FIXED_COST_N, 128, False, seed=k)
+        tiles = (k // 128) * nb
+        split_us = ours_ms(w, 1, dict(base)) * 1e3
+        whole_us = ours_ms(w, 1, dict(base, programs=nb)) * 1e3
+        row = {"K": k, "tiles": tiles, "split_us": split_us, "tiles_per_program_split": tiles / min(grid, tiles),
+               "whole_blocks_us": whole_us, "tiles_per_program_whole": k // 128,
+               "pct_copy_split": _pct(w, split_us * 1e-3, copy_bw)}
+        out["rows"].append(row)
+        print(f"  K={k:5d}: split grid {split_us:6.2f} us ({row['tiles_per_program_split']:.2f} tiles/program), "
+              f"one program per column block {whole_us:6.2f} us ({k // 128} tiles/program)", flush=True)
+        del w
+    split = _line([(r["tiles_per_program_split"], r["split_us"]) for r in out["rows"] if r["tiles"] >= grid])
+    whole = _line([(r["tiles_per_program_whole"], r["whole_blocks_us"]) for r in out["rows"]])
+    out["fit"] = {"split_fixed_us": split[0], "split_per_tile_us": split[1], "whole_fixed_us": whole[0],
+                  "whole_per_tile_us": whole[1], "flush_us": split[0] - whole[0],
+                  "rest_us": whole[0] - empty_us}
+    print(f"fixed cost: split grid {split[0]:.2f} us + {split[1]:.3f} us/tile; whole blocks {whole[0]:.2f} us + "
+          f"{whole[1]:.3f} us/tile; so the flush costs {split[0] - whole[0]:.2f} us, the launch {empty_us:.2f} us "
+          f"and the rest (first loads, tail) {whole[0] - empty_us:.2f} us", flush=True)
+    return out
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write results as JSON here")
     parser.add_argument("--quick", action="store_true", help="three shapes, no sweep")
     parser.add_argument("--no-sweep", action="store_true", help="skip the knob sweep")
+    parser.add_argument("--fixed-cost", action="store_true", help="only take the one-row fixed cost apart")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_w4a16_gemv needs a GPU (torch.cuda)", file=sys.stderr)
@@ -61,6 +124,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__,
                               "copy_GB_s": copy_bw / 1e9, "config": base, "m1": [], "sweep": []}
     print(f"device {result['device']} ({arch}); copy {copy_bw / 1e9:.0f} GB/s; config {base}", flush=True)
+    if args.fixed_cost:
+        result["fixed_cost"] = fixed_cost(copy_bw, base)
+        _save(result, args.out)
+        return 0
     shapes = LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES
     for (k, n), group, act in itertools.product(shapes, (128, 32), (False, True)):
         w, _ = random_gptq(k, n, group, act, seed=k + n + group + int(act), asym=act)
