@@ -286,7 +286,9 @@ def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float
     bench = StepBench(shape, dtype, seqs, args.context, args.max_model_len, args.block_size, args.seed,
                       quantization, hoist)
     layers = bench.geom.num_layers
-    run_label = dtype_name if quantization == "none" else f"{dtype_name},{quantization},hoist={'on' if hoist else 'off'}"
+    run_label = dtype_name
+    if quantization != "none":
+        run_label += f",{quantization},hoist={'on' if hoist else 'off'}"
     out: dict[str, Any] = {"shape": shape, "dtype": run_label, "quantization": quantization, "hoist_act_order": hoist,
                            "weight_bytes": bench.weight_bytes, "layers": layers, "context": args.context,
                            "decode": {}, "prefill": {}}

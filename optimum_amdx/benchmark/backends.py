@@ -158,7 +158,8 @@ def apply_quantization(model: Any, quantization: str, device: str) -> tuple[Any,
     model = quantizer.quantize(model)
     gc.collect()
     layout = ", act-order layout (seeded column order)" if act_order else ""
-    return model, [f"{quantization}: RTN-quantized 4-bit group-{group} weights{layout} (speed and memory, not accuracy)"]
+    return model, [f"{quantization}: RTN-quantized 4-bit group-{group} weights{layout} "
+                   "(speed and memory, not accuracy)"]
 
 
 def _runner_from_torch(model: Any, generate: Callable[..., Any], notes: list[str]) -> Runner:

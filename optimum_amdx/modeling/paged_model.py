@@ -103,8 +103,9 @@ def _fuse_quantized(linears: list[nn.Module], column_order: torch.Tensor | None 
 
     if not linears or not all(callable(getattr(m, "kernel_weight", None)) for m in linears):
         return None
-    if len(linears) == 1 and column_order is None and not (HOIST_ACT_ORDER and linears[0].kernel_weight().perm is not None):
-        return None  # one plain linear: nothing to join, reorder or hoist, the module runs itself
+    if len(linears) == 1 and column_order is None:
+        if not (HOIST_ACT_ORDER and linears[0].kernel_weight().perm is not None):
+            return None  # one linear, nothing to join, reorder or hoist: the module runs itself
     with torch.no_grad():
         fused = concat_weights([m.kernel_weight() for m in linears], column_order)
         if fused is None:

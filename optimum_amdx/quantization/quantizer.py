@@ -161,7 +161,8 @@ class GPTQQuantizer:
                 order = None
                 if cfg.desc_act:
                     k = lin.in_features
-                    order = torch.randperm(k, generator=torch.Generator().manual_seed(cfg.seed * 1_000_003 + i * 65_537 + k))
+                    seed = cfg.seed * 1_000_003 + i * 65_537 + k
+                    order = torch.randperm(k, generator=torch.Generator().manual_seed(seed))
                 res = rtn_quantize(weight, cfg, order)
                 set_submodule(layer, name, self._to_quant_linear(lin, res))
                 self.stats.append(LayerStat(i, name, res.error, time.perf_counter() - t0))

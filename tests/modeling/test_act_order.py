@@ -45,7 +45,8 @@ def act_order_model(model_type: str = "llama", seed: int = 3, sym: bool = False,
     biases, with `bias`); the linears of one input (q/k/v, gate/up) share its permutation, as GPTQ gives
     them."""
     if model_type == "llama":
-        model = copy.deepcopy(tiny_model("llama", seed=seed, **({"attention_bias": True, "mlp_bias": True} if bias else {})))
+        biases = {"attention_bias": True, "mlp_bias": True} if bias else {}
+        model = copy.deepcopy(tiny_model("llama", seed=seed, **biases))
     else:
         model = copy.deepcopy(family_model(model_type))
     for i, layer in enumerate(model.model.layers):
@@ -68,7 +69,8 @@ def _engine(model, hoist: bool, monkeypatch) -> AMDModelForCausalLM:
     return AMDModelForCausalLM(copy.deepcopy(model), num_blocks=32, max_model_len=64)
 
 
-@pytest.mark.parametrize("model_type,sym,bias", [("llama", False, False), ("llama", True, True), ("phi3", False, False)])
+@pytest.mark.parametrize("model_type,sym,bias",
+                         [("llama", False, False), ("llama", True, True), ("phi3", False, False)])
 def test_act_order_gathers_move_into_the_norm_and_the_gate_up_columns(model_type, sym, bias, monkeypatch):
     model = act_order_model(model_type, sym=sym, bias=bias).half()
     hoisted = _engine(model, True, monkeypatch)
