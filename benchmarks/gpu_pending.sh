@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The pending GPU measurements of benchmarks/RESULTS.md (section pending-gpu), as stages that each fit one
+# device call (at most 10 minutes; every step has its own timeout, so a slow step costs its slot and no
+# more). Run from the repository root on the device machine (its python3 holds torch, Triton and
+# transformers; our package is put on PYTHONPATH). Results go to $OUT (the device tool's folder; at most
+# eight files come back, two folders deep), else ./gpu-pending-out.
+#
+#   bash benchmarks/gpu_pending.sh verify    # GPU tests of the W4A16, norm, GPTQ and engine code, the one-row fixed cost
+#   bash benchmarks/gpu_pending.sh decode    # Llama-3-8B GPTQ decode step: plain vs act-order, gathers moved or not
+#   bash benchmarks/gpu_pending.sh e2e-l3    # optimum-amdx benchmark, Llama-3-8B: fp16, GPTQ, GPTQ act-order
+#   bash benchmarks/gpu_pending.sh e2e-l2    # the same for Llama-2-7B: fp16, GPTQ
+#   bash benchmarks/gpu_pending.sh m1        # the seven-shape one-row table with the shipped config
+set -uo pipefail
+case "${1:-}" in
+  verify|decode|e2e-l3|e2e-l2|m1) ;;
+  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1" >&2; exit 2 ;;
+esac
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+out=${OUT:-gpu-pending-out}
+mkdir -p "$out"
+status=0
+step() {  # step SECONDS LOG COMMAND...: run with a timeout, keep the output's tail in LOG
+  local limit=$1 log=$2
+  shift 2
+  echo "=== $(date +%T) $*" | tee -a "$out/$log"
+  timeout "$limit" "$@" 2>&1 | tail -n 60 >> "$out/$log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || { echo "step exited $rc: $*" | tee -a "$out/$log"; status=1; }
+}
+bench() {  # bench SECONDS NAME MODEL QUANTIZATIONS: optimum-amdx benchmark, JSON kept as NAME.json
+  local dir
+  dir=$(mktemp -d)
+  step "$1" "$2.log" python3 -m optimum_amdx.cli.main benchmark --model "$3" --backends rocm --quantization "$4" \
+    --batch-sizes 1,16,64 --prompt-lengths 512 --new-tokens 64 --warmup 1 --repeats 3 --measure-ceilings -o "$dir/run"
+  [ -f "$dir/run/results.json" ] && cp "$dir/run/results.json" "$out/$2.json"
+  [ -f "$dir/run/table.txt" ] && cat "$dir/run/table.txt" >> "$out/$2.log"
+  rm -rf "$dir"
+}
+nvidia-smi -L > "$out/device.txt" 2>&1
+python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" >> "$out/device.txt" 2>&1
+case "${1:-}" in
+  verify)
+    step 330 gputests.log python3 -m pytest -q -p no:cacheprovider -m gpu -x \
+      tests/kernels/test_w4a16_pipelined.py tests/kernels/test_w4a16_rows.py tests/kernels/test_w4a16_stream.py \
+      tests/kernels/test_w4a16.py tests/kernels/test_norm_rotary.py tests/quantization/test_gpu.py tests/modeling/test_gpu.py
+    step 200 fixed-cost.log python3 benchmarks/bench_w4a16_gemv.py --fixed-cost --out "$out/w4a16-fixed-cost.json" ;;
+  decode)
+    step 560 decode-step.log python3 benchmarks/decode_step.py --shapes llama-3-8b \
+      --quantizations gptq-4bit,gptq-4bit-act-order --act-order-hoist on,off --batch-sizes 1,16,64 \
+      --variants +skinny_gemm --profile --out "$out/decode-step-gptq-act-order.json" ;;
+  e2e-l3)
+    bench 560 benchmark-llama3-8b llama-3-8b none,gptq-4bit,gptq-4bit-act-order ;;
+  e2e-l2)
+    bench 560 benchmark-llama2-7b llama-2-7b none,gptq-4bit ;;
+  m1)
+    step 560 m1.log python3 benchmarks/bench_w4a16.py --m1-only --no-peers --out "$out/w4a16-m1.json" ;;
+esac
+echo "gpu_pending.sh ${1}: $([ $status -eq 0 ] && echo all steps passed || echo some steps failed), files in $out"
+exit $status
