@@ -7,7 +7,7 @@
 #
 #   bash benchmarks/gpu_pending.sh verify    # GPU tests of the W4A16, norm, GPTQ and engine code, the one-row fixed cost
 #   bash benchmarks/gpu_pending.sh decode    # Llama-3-8B GPTQ decode step: plain vs act-order, gathers moved or not
-#   bash benchmarks/gpu_pending.sh e2e-l3    # optimum-amdx benchmark, Llama-3-8B: fp16, GPTQ, GPTQ act-order
+#   bash benchmarks/gpu_pending.sh e2e-l3    # optimum-amdx benchmark, Llama-3-8B: fp16, GPTQ, GPTQ with a 4-bit lm_head
 #   bash benchmarks/gpu_pending.sh e2e-l2    # the same for Llama-2-7B: fp16, GPTQ
 #   bash benchmarks/gpu_pending.sh m1        # the seven-shape one-row table with the shipped config
 set -uo pipefail
@@ -50,7 +50,7 @@ case "${1:-}" in
       --quantizations gptq-4bit,gptq-4bit-act-order --act-order-hoist on,off --batch-sizes 1,16,64 \
       --variants +skinny_gemm --profile --out "$out/decode-step-gptq-act-order.json" ;;
   e2e-l3)
-    bench 560 benchmark-llama3-8b llama-3-8b none,gptq-4bit,gptq-4bit-act-order ;;
+    bench 560 benchmark-llama3-8b llama-3-8b none,gptq-4bit,gptq-4bit-lm-head ;;
   e2e-l2)
     bench 560 benchmark-llama2-7b llama-2-7b none,gptq-4bit ;;
   m1)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..errors import InvalidArgumentError, UnsupportedModelError
 
-QUANTIZATIONS = ("none", "gptq-4bit", "gptq-4bit-act-order")
+QUANTIZATIONS = ("none", "gptq-4bit", "gptq-4bit-act-order", "gptq-4bit-lm-head")
 
 
 @dataclass
@@ -142,7 +142,8 @@ def apply_quantization(model: Any, quantization: str, device: str) -> tuple[Any,
     The weights are round-to-nearest (group 128, no calibration data): the layers, storage and
     kernels are those of a real GPTQ checkpoint, so speed and memory are representative; accuracy
     is not measured here. "gptq-4bit-act-order" stores them in the act-order layout (groups over a
-    permuted column order, `g_idx` not monotone), as `desc_act=True` checkpoints are.
+    permuted column order, `g_idx` not monotone), as `desc_act=True` checkpoints are; "gptq-4bit-lm-head"
+    quantizes the output head too, as `lm_head=True` checkpoints do.
     """
     if quantization == "none":
         return model, []
@@ -153,11 +154,12 @@ def apply_quantization(model: Any, quantization: str, device: str) -> tuple[Any,
     cfg = model.config
     group = 128 if cfg.hidden_size % 128 == 0 and cfg.intermediate_size % 128 == 0 else 32
     act_order = quantization == "gptq-4bit-act-order"
-    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=group, desc_act=act_order), method="rtn", device=device,
-                              verbose=False)
+    head = quantization == "gptq-4bit-lm-head"
+    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=group, desc_act=act_order, lm_head=head), method="rtn",
+                              device=device, verbose=False)
     model = quantizer.quantize(model)
     gc.collect()
-    layout = ", act-order layout (seeded column order)" if act_order else ""
+    layout = ", act-order layout (seeded column order)" if act_order else ", output head too" if head else ""
     return model, [f"{quantization}: RTN-quantized 4-bit group-{group} weights{layout} "
                    "(speed and memory, not accuracy)"]
 

@@ -113,6 +113,10 @@ def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device
     if not quantized:
         raise InvalidArgumentError(f"{folder} declares GPTQ but its safetensors hold no '*.qweight' tensors.")
 
+    if any(n.split(".")[-1] == "lm_head" for n in quantized):
+        # a quantized output head (GPT-QModel's lm_head=True) is never tied to the full-precision embeddings
+        for conf in {id(c): c for c in (config, config.get_text_config())}.values():
+            conf.tie_word_embeddings = False
     qc_saved = config.quantization_config
     del config.quantization_config
     with no_init_weights(), torch.device("meta"):

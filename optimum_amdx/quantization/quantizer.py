@@ -5,7 +5,8 @@ block's inputs; then, block by block on the execution device: collect input Hess
 block's linears (in dependency order with true_sequential, re-running the block after each
 step so later linears see already-quantized inputs), quantize them, pack them into `QuantLinear`,
 and run the quantized block to produce the next block's inputs. Only one block and the
-activations of the calibration set live on the device at a time.
+activations of the calibration set live on the device at a time. With `lm_head`, the output head is
+quantized last, its Hessian taken from the final norm of the last block's outputs.
 """
 
 from __future__ import annotations
@@ -82,12 +83,17 @@ class GPTQQuantizer:
         for i, layer in enumerate(layers):
             for name, lin in block_linears(layer, f"{prefix}.{i}", cfg.modules_to_not_convert).items():
                 cfg.check_layer(f"{prefix}.{i}.{name}", lin.in_features)
+        if cfg.lm_head:
+            head_name, head = _output_head(model)
+            cfg.check_layer(head_name, head.in_features)
         start = time.perf_counter()
         self.stats = []
         was_training = model.training
         model.eval()
         if self.method == "rtn":
             self._quantize_rtn(prefix, layers)
+            if cfg.lm_head:
+                self._quantize_head(model, None, len(layers))
         else:
             if dataset is None:
                 dataset = cfg.dataset
@@ -96,7 +102,9 @@ class GPTQQuantizer:
                 raise InvalidArgumentError("GPTQ needs a tokenizer to turn the calibration text into tokens; pass tokenizer=.")
             samples = get_calibration_data(dataset, tokenizer, cfg.n_samples, cfg.seqlen, cfg.seed)
             self._check_samples(model, samples)
-            self._quantize_gptq(model, prefix, layers, samples)
+            last = self._quantize_gptq(model, prefix, layers, samples)
+            if cfg.lm_head:
+                self._quantize_head(model, last, len(layers))
         model.config.quantization_config = cfg.to_quantization_config()
         model.train(was_training)
         self.seconds = time.perf_counter() - start
@@ -168,7 +176,10 @@ class GPTQQuantizer:
                 self.stats.append(LayerStat(i, name, res.error, time.perf_counter() - t0))
 
     # ----------------------------------------------------------------- GPTQ
-    def _quantize_gptq(self, model: nn.Module, prefix: str, layers: nn.ModuleList, samples: list[torch.Tensor]) -> None:
+    def _quantize_gptq(self, model: nn.Module, prefix: str, layers: nn.ModuleList,
+                       samples: list[torch.Tensor]) -> list[torch.Tensor]:
+        """GPTQ block by block; returns the last block's outputs per sample (the output head's input, before
+        the final norm)."""
         cfg = self.config
         dev = self.device
         moved = _move_outside(model, prefix, dev)
@@ -225,6 +236,41 @@ class GPTQQuantizer:
             layer.to(home)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+        return [hs for hs, _ in inputs]
+
+    # ----------------------------------------------------------------- output head
+    def _quantize_head(self, model: nn.Module, hidden: list[torch.Tensor] | None, index: int) -> None:
+        """Quantize the output head (`lm_head=True`): GPTQ with the Hessian of the final norm's output over
+        the last block's outputs `hidden`, or RTN when `hidden` is None. A head tied to the input embeddings
+        is untied (the embeddings keep their full-precision weight) and the config says so."""
+        cfg = self.config
+        name, head = _output_head(model)
+        t0 = time.perf_counter()
+        dev = self.device
+        weight = head.weight.detach().to(dev)
+        if hidden is None:
+            res = rtn_quantize(weight, cfg)
+        else:
+            norm = getattr(model.get_decoder(), "norm", None)
+            if not isinstance(norm, nn.Module):
+                raise InvalidArgumentError(
+                    f"{type(model).__name__} has no final norm at get_decoder().norm to take the output head's input "
+                    "from; quantize it with lm_head=False (or method='rtn').")
+            home = next(norm.parameters(), torch.empty(0)).device
+            norm.to(dev)
+            acc = HessianAccumulator(head.in_features, dev)
+            try:
+                for hs in hidden:
+                    acc.add(norm(hs.to(dev)))
+            finally:
+                norm.to(home)
+            res = gptq_quantize(weight, acc.H, cfg)
+        tied = head.weight is model.get_input_embeddings().weight
+        set_submodule(model, name, self._to_quant_linear(head, res))
+        if tied:
+            for conf in {id(c): c for c in (model.config, model.config.get_text_config())}.values():
+                conf.tie_word_embeddings = False
+        self.stats.append(LayerStat(index, name, res.error, time.perf_counter() - t0))
 
     def _capture_inputs(self, model: nn.Module, layers: nn.ModuleList, samples: list[torch.Tensor]) -> list[tuple[torch.Tensor, dict]]:
         """Run each sample up to the first block; return (hidden_states, kwargs) per sample, on the device."""
@@ -294,6 +340,17 @@ class GPTQQuantizer:
         bias = linear.bias.detach().clone() if linear.bias is not None else None
         return QuantLinear.from_packed(packed, linear.in_features, linear.out_features, cfg.bits, cfg.group_size,
                                        cfg.checkpoint_format, bias)
+
+
+def _output_head(model: nn.Module) -> tuple[str, nn.Linear]:
+    """The dotted name and module of the model's output head (an nn.Linear to quantize)."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, nn.Linear):
+        raise InvalidArgumentError(
+            f"lm_head=True quantizes the output head, but {type(model).__name__}'s is "
+            f"{type(head).__name__ if head is not None else 'missing'}, not an nn.Linear.")
+    name = next(n for n, m in model.named_modules() if m is head)
+    return name, head
 
 
 def _first(out: Any) -> torch.Tensor:

@@ -175,6 +175,10 @@ def test_weight_accounting_of_quantized_model():
     assert all(torch.equal(g, g_idx[0]) for g in g_idx)  # one input, one order: q/k/v still fuse
     assert torch.equal(layer.mlp.gate_proj.g_idx, layer.mlp.up_proj.g_idx)
 
+    hmodel, notes = apply_quantization(build_torch_model(source, torch.float32, "cpu", seed=1), "gptq-4bit-lm-head", "cpu")
+    assert isinstance(hmodel.lm_head, QuantLinear) and "output head" in notes[0]
+    assert _tensor_bytes(hmodel)[0] < q_total  # the head's bytes shrink too
+
 
 def test_unsupported_combination_is_recorded_not_fatal(monkeypatch):
     from optimum_amdx.benchmark import backends

@@ -55,6 +55,35 @@ def test_quantize_save_reload_generate(tmp_path, tokenizer, calib):
     assert pipe("hello world", max_new_tokens=8, do_sample=False)[0]["generated_text"] == expected
 
 
+@pytest.mark.parametrize("tie", [False, True])
+def test_quantized_output_head_saves_loads_and_runs_in_the_engine(tmp_path, tokenizer, calib, tie):
+    """lm_head=True (GPT-QModel's option): the head is a GPTQ QuantLinear whose Hessian comes from the final
+    norm's output, a tied head is untied (embeddings stay in full precision), and the checkpoint loads in the
+    loader and the paged engine."""
+    from optimum_amdx import AMDModelForCausalLM
+
+    ids = torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(2))
+    reference = make_llama(tie=tie)(ids).logits
+    model, quantizer, _ = _quantize(calib, tokenizer, tie=tie, lm_head=True)
+    assert isinstance(model.lm_head, QuantLinear) and not isinstance(model.model.embed_tokens, QuantLinear)
+    assert model.config.tie_word_embeddings is False
+    assert quantizer.stats[-1].modules == "lm_head" and quantizer.stats[-1].error > 0
+    logits = model(ids).logits
+    assert (logits - reference).abs().max() < 0.25 * reference.abs().max()
+    out = quantizer.save_pretrained(model, tmp_path / "q", tokenizer)
+    assert json.loads((out / "config.json").read_text())["quantization_config"]["lm_head"] is True
+    reloaded = load_gptq_model(out, "cpu", torch.float32)
+    assert isinstance(reloaded.lm_head, QuantLinear)
+    torch.testing.assert_close(reloaded(ids).logits, logits, rtol=0, atol=1e-5)
+    am = AMDModelForCausalLM.from_pretrained(out, device="cpu", dtype="fp32", num_blocks=16)
+    assert am.decoder.lm_head is am.model.lm_head and isinstance(am.decoder.lm_head, QuantLinear)
+    am.generation_config.eos_token_id = reloaded.generation_config.eos_token_id = None
+    prompt = ids[0, :9].tolist()
+    expected = reloaded.generate(ids[:, :9], attention_mask=torch.ones_like(ids[:, :9]), max_new_tokens=8,
+                                 do_sample=False, pad_token_id=0)[0, 9:].tolist()
+    assert am.generate([prompt], max_new_tokens=8)[0] == expected
+
+
 def test_sharded_save_with_bias_and_v2_format(tmp_path, tokenizer, calib):
     model, quantizer, _ = _quantize(calib, tokenizer, bias=True, sym=False, checkpoint_format="gptq_v2", bits=8)
     out = quantizer.save_pretrained(model, tmp_path / "q", max_shard_size=40_000)
@@ -109,10 +138,12 @@ def test_cli_quantize_and_eval_ppl(tmp_path, tiny_dir, capsys):
     text.write_text("\n".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7}" for i in range(300)))
     out = tmp_path / "q"
     rc = main(["quantize", "gptq", "--model", str(tiny_dir), "--bits", "4", "--group-size", "32", "--desc-act",
-               "--dataset", str(text), "--samples", "4", "--seqlen", "64", "--device", "cpu", "--json", str(out)])
+               "--lm-head", "--dataset", str(text), "--samples", "4", "--seqlen", "64", "--device", "cpu", "--json",
+               str(out)])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)  # --json: stdout holds the JSON alone
     assert summary["quantization_config"]["desc_act"] is True and (out / "model.safetensors").is_file()
+    assert summary["quantization_config"]["lm_head"] is True
     assert main(["quantize", "rtn", "--model", str(tiny_dir), "--device", "cpu", "--json", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
     assert main(["quantize", "gptq", "--model", str(tiny_dir), "--bits", "5", str(tmp_path / "x")]) == 2

@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtypes", type=_words, default=["auto"],
                         help="comma list of auto, fp16, bf16, fp32 (auto: fp16 on GPU, fp32 on CPU)")
     parser.add_argument("--quantization", type=_words, default=["none"],
-                        help="comma list of none, gptq-4bit, gptq-4bit-act-order (RTN weights in the GPTQ layout; "
-                             "act-order: desc_act's permuted groups)")
+                        help="comma list of none, gptq-4bit, gptq-4bit-act-order, gptq-4bit-lm-head (RTN weights in "
+                             "the GPTQ layout; act-order: desc_act's permuted groups; lm-head: the output head too)")
     parser.add_argument("--batch-sizes", type=_ints, default=None, help="default: 1 on CPU, 1,8,32 on GPU")
     parser.add_argument("--prompt-lengths", type=_ints, default=None, help="prompt tokens (default: 32 CPU, 128 GPU)")
     parser.add_argument("--new-tokens", type=_ints, default=None, help="generated tokens, >= 2 (default: 16 CPU, 64 GPU)")

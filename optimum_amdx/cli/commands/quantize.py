@@ -25,6 +25,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="where the algorithm runs: cuda or cpu (default: the GPU if any)")
     p.add_argument("--dtype", default="auto", help="model dtype while quantizing: auto (fp16 on GPU, fp32 on CPU), fp16, bf16, fp32")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    p.add_argument("--lm-head", action="store_true",
+                   help="quantize the output head too (GPT-QModel's lm_head=True; a tied head is untied)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
 
 
@@ -90,7 +92,8 @@ def run(args: argparse.Namespace, stdout: TextIO) -> int:
     parse_size(args.max_shard_size)
     method = args.quantize_method
     device = args.device or default_device()
-    common = dict(bits=args.bits, group_size=args.group_size, sym=not args.asym, checkpoint_format=args.checkpoint_format)
+    common = dict(bits=args.bits, group_size=args.group_size, sym=not args.asym, checkpoint_format=args.checkpoint_format,
+                  lm_head=args.lm_head)
     if method == "gptq":
         samples, seqlen = _calibration_size(args, device)
         cfg = GPTQConfig(**common, desc_act=args.desc_act, damp_percent=args.damp_percent,
