@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,23 @@ def read_gptq_config(config: Any) -> GPTQConfig:
     return GPTQConfig.from_quantization_config(qc)
 
 
+def module_settings(quantization_config: dict[str, Any], name: str, base: GPTQConfig) -> tuple[int, int]:
+    """(bits, group_size) of the quantized module `name`: GPT-QModel's per-module `dynamic` overrides
+    (pattern -> settings; the first positive pattern, with or without its "+:" prefix, that `re.match`es the
+    module name wins; "-:" patterns name modules left unquantized, which hold no qweight) over `base`.
+    GPT-QModel writes one for `lm_head=True` (an 8-bit head by default)."""
+    dynamic = quantization_config.get("dynamic") or {}
+    if not isinstance(dynamic, dict):
+        raise InvalidArgumentError(f"quantization_config.dynamic must map module-name patterns to settings, "
+                                   f"got {type(dynamic).__name__}.")
+    for pattern, settings in dynamic.items():
+        if pattern.startswith("-:"):
+            continue
+        if re.match(pattern[2:] if pattern.startswith("+:") else pattern, name):
+            return int(settings.get("bits", base.bits)), int(settings.get("group_size", base.group_size))
+    return base.bits, base.group_size
+
+
 def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device: str | torch.device,
                      dtype: torch.dtype) -> torch.nn.Module:
     """A transformers causal LM from a checked GPTQ folder (ours, GPT-QModel's or AutoGPTQ's), with
@@ -118,11 +136,12 @@ def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device
         for conf in {id(c): c for c in (config, config.get_text_config())}.values():
             conf.tie_word_embeddings = False
     qc_saved = config.quantization_config
+    qc_dict = qc_saved if isinstance(qc_saved, dict) else qc_saved.to_dict()
     del config.quantization_config
     with no_init_weights(), torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     config.quantization_config = qc_saved
-    model.config.quantization_config = qc_saved if isinstance(qc_saved, dict) else qc_saved.to_dict()
+    model.config.quantization_config = qc_dict
     if has_per_expert_keys(quantized):  # MoE quantized expert by expert: per-expert linears in place of stacked ones
         split_stacked_experts(model)
 
@@ -135,9 +154,9 @@ def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device
             raise InvalidArgumentError(f"The checkpoint quantizes {name!r}, which is a {type(linear).__name__}, not a Linear.")
         # AutoGPTQ-era checkpoints store a (zero) bias for every quantized linear, even bias-free ones
         has_bias = linear.bias is not None or f"{name}.bias" in keys
+        bits, group_size = module_settings(qc_dict, name, gcfg)
         set_submodule(model, name, QuantLinear(
-            linear.in_features, linear.out_features, has_bias, gcfg.bits, gcfg.group_size,
-            gcfg.checkpoint_format, dtype, "meta",
+            linear.in_features, linear.out_features, has_bias, bits, group_size, gcfg.checkpoint_format, dtype, "meta",
         ))
 
     state: dict[str, torch.Tensor] = {}
@@ -153,7 +172,7 @@ def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device
     except RuntimeError as err:
         raise InvalidArgumentError(
             f"The tensors in {folder} do not match its quantization_config (bits={gcfg.bits}, group_size="
-            f"{gcfg.group_size}); per-module overrides (GPT-QModel 'dynamic') are not supported. {err}"
+            f"{gcfg.group_size}, with its per-module 'dynamic' overrides). {err}"
         ) from err
     tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
     missing = [k for k in missing if k not in tied]

@@ -137,7 +137,8 @@ class GPTQConfig:
                 "damp_percent": self.damp_percent,
                 "static_groups": self.static_groups,
                 "true_sequential": self.true_sequential,
-                "act_group_aware": self.act_group_aware,
+                # what ran: ignored with desc_act (GPT-QModel refuses a config that sets both)
+                "act_group_aware": self.act_group_aware and not self.desc_act,
             },
         }
 

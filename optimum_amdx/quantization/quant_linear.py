@@ -8,6 +8,8 @@ CPU and for 2/3/8-bit weights.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -60,6 +62,7 @@ class QuantLinear(nn.Module):
             self.bias = None
         self._prepared: W4A16Weight | None = None
         self._dense: torch.Tensor | None = None
+        self._warned_slow = False
         self.register_load_state_dict_post_hook(lambda module, keys: module.invalidate())
 
     @classmethod
@@ -107,7 +110,15 @@ class QuantLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype in (torch.float16, torch.bfloat16):
-            return w4a16_matmul(x, self.kernel_weight(), self.bias)
+            w = self.kernel_weight()
+            if not w.kernel_ready and x.is_cuda and not self._warned_slow:
+                self._warned_slow = True
+                warnings.warn(
+                    f"A {self.bits}-bit GPTQ linear ({self.in_features} -> {self.out_features}, group size "
+                    f"{self.group_size}) has no fast kernel: each call dequantizes its whole weight. The W4A16 "
+                    "kernels run 4-bit weights whose groups are multiples of 16 rows; re-quantize with --bits 4 "
+                    "(GPT-QModel's lm_head=True writes an 8-bit head by default).", stacklevel=2)
+            return w4a16_matmul(x, w, self.bias)
         # float32 activations (the CPU default): dequantize once, keep the dense [K, N] copy, plain matmul
         if self._dense is None or self._dense.dtype != x.dtype or self._dense.device != x.device:
             self._dense = self.kernel_weight().dequantize().to(device=x.device, dtype=x.dtype)

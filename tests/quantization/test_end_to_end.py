@@ -84,6 +84,22 @@ def test_quantized_output_head_saves_loads_and_runs_in_the_engine(tmp_path, toke
     assert am.generate([prompt], max_new_tokens=8)[0] == expected
 
 
+def test_per_module_settings_follow_gptqmodel_dynamic():
+    from optimum_amdx.quantization.checkpoint import module_settings
+
+    base = GPTQConfig(bits=4, group_size=128)
+    qc = {"dynamic": {"-:.*down.*": {}, "+:.*\\.1\\..*gate.*": {"bits": 8}, "lm_head": {"bits": 8, "group_size": 32}}}
+    assert module_settings(qc, "lm_head", base) == (8, 32)
+    assert module_settings(qc, "model.layers.1.mlp.gate_proj", base) == (8, 128)
+    assert module_settings(qc, "model.layers.0.mlp.gate_proj", base) == (4, 128)
+    assert module_settings({}, "model.layers.0.mlp.down_proj", base) == (4, 128)
+    with pytest.raises(InvalidArgumentError, match="dynamic"):
+        module_settings({"dynamic": ["lm_head"]}, "lm_head", base)
+    # what we write: act_group_aware only where it ran (GPT-QModel refuses it beside desc_act)
+    assert GPTQConfig(desc_act=True).to_quantization_config()["meta"]["act_group_aware"] is False
+    assert GPTQConfig().to_quantization_config()["meta"]["act_group_aware"] is True
+
+
 def test_sharded_save_with_bias_and_v2_format(tmp_path, tokenizer, calib):
     model, quantizer, _ = _quantize(calib, tokenizer, bias=True, sym=False, checkpoint_format="gptq_v2", bits=8)
     out = quantizer.save_pretrained(model, tmp_path / "q", max_shard_size=40_000)

@@ -55,3 +55,40 @@ def test_we_load_gptqmodel_checkpoint(tmp_path, tiny_dir, calib):
     with torch.no_grad():
         ref = theirs.model(ids.to(theirs.model.device)).logits
         _compare(ours(ids).logits, ref)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_gptqmodel_loads_our_act_order_checkpoint_with_a_quantized_head(tmp_path, tokenizer, calib, tie):
+    """GPT-QModel's own loader (not through transformers) on our desc_act + lm_head=True checkpoint: it refuses
+    a config that declares act_group_aware beside desc_act, so we write what ran; the 4-bit head is its kernel's."""
+    from gptqmodel import BACKEND, GPTQModel
+
+    model = make_llama(seed=3, tie=tie)
+    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=32, desc_act=True, n_samples=8, seqlen=64, lm_head=True),
+                              verbose=False)
+    quantizer.quantize(model, tokenizer, calib)
+    out = quantizer.save_pretrained(model, tmp_path / "ours", tokenizer)
+    theirs = GPTQModel.load(str(out), backend=BACKEND.TORCH, device="cpu")
+    assert "gptqmodel" in type(theirs.model.lm_head).__module__
+    ours = load_gptq_model(out, "cpu", torch.float32)
+    ids = torch.randint(0, 256, (2, 48), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        _compare(ours(ids).logits, theirs.model(ids).logits)
+
+
+def test_we_load_gptqmodel_checkpoint_with_its_8bit_head(tmp_path, tiny_dir, calib):
+    """GPT-QModel's lm_head=True writes the head at 8 bits through a per-module `dynamic` override."""
+    from gptqmodel import BACKEND, GPTQModel, QuantizeConfig
+
+    from optimum_amdx.quantization import QuantLinear
+
+    peer = GPTQModel.load(str(tiny_dir), QuantizeConfig(bits=4, group_size=32, lm_head=True))
+    peer.quantize([{"input_ids": s, "attention_mask": torch.ones_like(s)} for s in calib], batch_size=1)
+    peer.save(str(tmp_path / "theirs"))
+    theirs = GPTQModel.load(str(tmp_path / "theirs"), backend=BACKEND.TORCH, device="cpu")
+    ours = load_gptq_model(tmp_path / "theirs", "cpu", torch.float32)
+    assert isinstance(ours.lm_head, QuantLinear) and ours.lm_head.bits == 8
+    assert ours.model.layers[0].mlp.down_proj.bits == 4
+    ids = torch.randint(0, 256, (2, 48), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        _compare(ours(ids).logits, theirs.model(ids.to(theirs.model.device)).logits)
