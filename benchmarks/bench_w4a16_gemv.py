@@ -32,6 +32,7 @@ import triton.language as tl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_w4a16 import LLAMA_SHAPES, call_bytes, ours_ms, random_gptq  # noqa: E402
+from m1_cost_model import least_squares  # noqa: E402
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
 from optimum_amdx.kernels._w4a16_triton import stream_config  # noqa: E402
@@ -63,15 +64,6 @@ FIXED_COST_N = 14336
 FIXED_COST_KS = [128, 256, 512, 1024, 2048, 4096, 8192]
 
 
-def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares (intercept, slope) of (x, y) points."""
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
-    return my - slope * mx, slope
-
-
 def fixed_cost(copy_bw: float, base: dict[str, Any]) -> dict[str, Any]:
     """The one-row fixed cost taken apart (see the module docstring); times in us."""
     from optimum_amdx.benchmark.timing import graph_ms
@@ -96,8 +88,8 @@ def fixed_cost(copy_bw: float, base: dict[str, Any]) -> dict[str, Any]:
         print(f"  K={k:5d}: split grid {split_us:6.2f} us ({row['tiles_per_program_split']:.2f} tiles/program), "
               f"one program per column block {whole_us:6.2f} us ({k // 128} tiles/program)", flush=True)
         del w
-    split = _line([(r["tiles_per_program_split"], r["split_us"]) for r in out["rows"] if r["tiles"] >= grid])
-    whole = _line([(r["tiles_per_program_whole"], r["whole_blocks_us"]) for r in out["rows"]])
+    split = least_squares([(r["tiles_per_program_split"], r["split_us"]) for r in out["rows"] if r["tiles"] >= grid])
+    whole = least_squares([(r["tiles_per_program_whole"], r["whole_blocks_us"]) for r in out["rows"]])
     out["fit"] = {"split_fixed_us": split[0], "split_per_tile_us": split[1], "whole_fixed_us": whole[0],
                   "whole_per_tile_us": whole[1], "flush_us": split[0] - whole[0],
                   "rest_us": whole[0] - empty_us}

@@ -20,6 +20,16 @@ TILE_BYTES = TILE * TILE // 2
 """Bytes of packed 4-bit words in one 128 x 128 tile."""
 
 
+def least_squares(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through (x, y) points."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else float("nan")
+    return my - slope * mx, slope
+
+
 def fit(rows: list[dict[str, Any]], programs: int) -> list[dict[str, Any]]:
     """One least-squares line per (group, act_order) over the shapes of `rows` (the JSON's "m1" list)."""
     out = []
@@ -32,11 +42,7 @@ def fit(rows: list[dict[str, Any]], programs: int) -> list[dict[str, Any]]:
             tiles = math.ceil(r["K"] / TILE) * math.ceil(r["N"] / TILE)
             pts.append((tiles / min(programs, tiles), r["ms"] * 1e3, r))
         n = len(pts)
-        mx = sum(p[0] for p in pts) / n
-        my = sum(p[1] for p in pts) / n
-        sxx = sum((p[0] - mx) ** 2 for p in pts)
-        slope = sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx if sxx else float("nan")
-        fixed = my - slope * mx
+        fixed, slope = least_squares([(p[0], p[1]) for p in pts])
         resid = max(abs(fixed + slope * p[0] - p[1]) for p in pts)
         out.append({"group": group, "act_order": act, "shapes": n, "fixed_us": fixed, "per_tile_us": slope,
                     "stream_TB_s": programs * TILE_BYTES / (slope * 1e-6) / 1e12, "max_residual_us": resid,
