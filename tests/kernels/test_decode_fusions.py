@@ -246,3 +246,25 @@ def test_skinny_gemm_norm_reference_matches_rms_norm_then_linear():
     torch.testing.assert_close(h2, h.cpu(), rtol=0, atol=0)
     torch.testing.assert_close(y, torch.nn.functional.linear(normed.cpu().float(), w.cpu().float()).half(),
                                rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="interpreter end-to-end check; tests/modeling/test_gpu.py covers the GPU")
+def test_act_order_gptq_decoder_through_the_kernels_with_and_without_the_moved_gathers(monkeypatch):
+    """A tiny act-order GPTQ Llama in fp16 through every Triton kernel (interpreter): the engine with the
+    gathers moved into the RMSNorm and the gate/up column order (the norm's `perm` path and the W4A16
+    kernels without a permutation) gives the tokens of the engine without the move (the kernels' own
+    gathers) and of transformers."""
+    from optimum_amdx.modeling import AMDModelForCausalLM, paged_model
+
+    from ..modeling.conftest import hf_greedy
+    from ..modeling.test_act_order import act_order_model
+
+    model = act_order_model(seed=7).half()
+    prompt = [5, 17, 3, 99, 42, 7, 11]
+    outs = {}
+    for hoist in (True, False):
+        monkeypatch.setattr(paged_model, "HOIST_ACT_ORDER", hoist)
+        am = AMDModelForCausalLM(model, num_blocks=16, block_size=4, max_num_seqs=2, max_model_len=64)
+        assert (am.decoder.layers[0].down_sorted is not None) == hoist
+        outs[hoist] = am.generate([prompt], max_new_tokens=4, do_sample=False)[0]
+    assert outs[True] == outs[False] == hf_greedy(model, prompt, 4)
