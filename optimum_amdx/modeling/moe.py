@@ -8,8 +8,10 @@ linear at a time (`quantization.moe_experts.ExpertLinears`). Those run, up to `S
 (every decode step, and always while a device graph is being captured), through all experts stacked into two
 W4A16 weights (`stack_quantized_experts`: three launches, no host loop, so decode steps are captured in
 graphs); every expert is read each step, which at 4 bits costs E/(4k) of the fp16 routed bytes (Mixtral 1x,
-Qwen3-30B-A3B 4x). Longer prefill chunks run transformers' expert loop over the per-expert W4A16 linears
-(host-side, eager), which computes routed pairs only. Stacking keeps a second 4-bit copy of the experts.
+Qwen3-30B-A3B 4x). Act-order experts with permutations of their own run gate/up as one gather and one matmul
+per expert (`PerExpertGateUp`), still without a host loop. Longer prefill chunks run transformers' expert loop
+over the per-expert W4A16 linears (host-side, eager), which computes routed pairs only. Stacking keeps a
+second 4-bit copy of the experts.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from torch import nn
 
 from ..errors import UnsupportedModelError
 from ..kernels.fused_moe import fused_moe, route_topk
-from ..quantization.moe_experts import ExpertLinears, stack_quantized_experts
+from ..quantization.moe_experts import ExpertLinears, PerExpertGateUp, stack_quantized_experts
 
 STACKED_MAX_TOKENS = 64
 """Token counts up to this (decode batches) run quantized experts stacked, with no host loop."""
@@ -97,7 +99,12 @@ class MoERunner:
         # float32 activations (CPU evaluation): the float32 reference of the same stacked weights
         matmul = w4a16_matmul if x.dtype in (torch.float16, torch.bfloat16) else w4a16_matmul_reference
         tokens, experts = x.shape[0], self.per_expert.num_experts
-        gu = matmul(x, gate_up).view(tokens, experts, 2, -1)
+        if isinstance(gate_up, PerExpertGateUp):  # act-order experts, each in its own input order
+            xs = x.index_select(1, gate_up.perms).view(tokens, experts, -1)
+            gu = torch.stack([matmul(xs[:, e], w) for e, w in enumerate(gate_up.weights)], dim=1)
+            gu = gu.view(tokens, experts, 2, -1)
+        else:
+            gu = matmul(x, gate_up).view(tokens, experts, 2, -1)
         mid = self.per_expert.act_fn(gu[:, :, 0]) * gu[:, :, 1]
         route = torch.zeros(tokens, experts, dtype=torch.float32, device=x.device)
         route.scatter_(1, ids, weights.float())

@@ -14,12 +14,14 @@ loading a checkpoint in that layout.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch import nn
 
-__all__ = ["ExpertLinears", "split_stacked_experts", "has_per_expert_keys", "legacy_expert_key", "stack_quantized_experts"]
+__all__ = ["ExpertLinears", "split_stacked_experts", "has_per_expert_keys", "legacy_expert_key", "stack_quantized_experts",
+           "PerExpertGateUp"]
 
 _PER_EXPERT = re.compile(r"\.experts\.\d+\.(gate_proj|up_proj|down_proj)$")
 _LEGACY_EXPERT = re.compile(r"\.block_sparse_moe\.experts\.(\d+)\.w([123])\.")
@@ -103,14 +105,54 @@ def has_per_expert_keys(linear_names: list[str]) -> bool:
     return any(_PER_EXPERT.search(n) for n in linear_names)
 
 
+@dataclass
+class PerExpertGateUp:
+    """gate/up of act-order experts whose permutations differ (GPTQ takes each expert's Hessian from the tokens
+    routed to it, so each gets its own order): one W4A16 weight per expert, without its permutation and with
+    its columns in the order of that expert's down projection, and every expert's input order side by side,
+    so a step gathers the input for all experts in one launch and runs one matmul per expert."""
+
+    weights: list
+    """`W4A16Weight` per expert: [H, 2I], gate columns then up columns, each in the down projection's order."""
+    perms: torch.Tensor
+    """int64 [E * H]: expert e reads input column ``perms[e * H + k]`` as its row k."""
+
+
+def _per_expert_gate_up(members: list, concat_weights: Callable) -> tuple[PerExpertGateUp, list[torch.Tensor]] | str:
+    """`PerExpertGateUp` for experts whose gate/up permutations differ between experts but not within one, and
+    the down projections' orders it put the columns in; or why not."""
+    weights, perms, down_orders = [], [], []
+    for e in members:
+        gate, down = e.gate_proj.kernel_weight(), e.down_proj.kernel_weight()
+        inter, hidden = down.in_features, gate.in_features
+        order = (down.perm.long() if down.perm is not None
+                 else torch.arange(inter, device=down.qweight.device))
+        w = concat_weights([gate, e.up_proj.kernel_weight()], torch.cat([order, order + inter]))
+        if w is None:
+            return "an expert's gate and up weights cannot share one launch (their act-order orders or groups differ)"
+        perms.append(w.perm.long() if w.perm is not None else torch.arange(hidden, device=order.device))
+        weights.append(_without_perm(w))
+        down_orders.append(order)
+    return PerExpertGateUp(weights, torch.cat(perms)), down_orders
+
+
+def _without_perm(w):  # noqa: ANN001, ANN202 - a W4A16Weight
+    from dataclasses import replace
+
+    return replace(w, perm=None, x_order=None)
+
+
 def stack_quantized_experts(experts: ExpertLinears) -> tuple[object, object] | str:
     """All experts of a block as two W4A16 weights, for a decode step with no host loop: gate/up of every expert
     side by side (``[H, E * 2I]``, columns gate_0, up_0, gate_1, ...) and down of every expert stacked along the
     input (``[E * I, H]``), so `x @ gate_up`, SiLU * up, scaling each expert's slice by its routing weight (zero for
     experts not routed to) and one `@ down` give the block's output in three launches whose shapes depend only on
     the token count (capturable in a device graph). Every expert is read each step: 4-bit weights of all E
-    experts against the k routed ones. Returns the reason as a string when the experts cannot be stacked
-    (not all 4-bit kernel-ready linears, act-order permutations that differ, groups that straddle experts).
+    experts against the k routed ones. Act-order experts whose permutations differ from expert to expert (as
+    GPTQ gives them) cannot share one gate/up weight: gate/up is then a `PerExpertGateUp` (one gather and E
+    matmuls, still no host loop) whose outputs come in the down projections' order, so the stacked down
+    projection reads them without a permutation. Returns the reason as a string when the experts cannot be
+    stacked (not all 4-bit kernel-ready linears, groups that straddle experts).
     """
     from ..kernels.w4a16 import concat_weights, prepare_gptq_weight
     from .config import group_rows
@@ -124,8 +166,12 @@ def stack_quantized_experts(experts: ExpertLinears) -> tuple[object, object] | s
     if any(lin.bits != 4 or lin.checkpoint_format != first.checkpoint_format for lin in lins):
         return "the experts are not all 4-bit linears of one checkpoint format"
     gate_up = concat_weights([w.kernel_weight() for e in members for w in (e.gate_proj, e.up_proj)])
+    down_orders = None
     if gate_up is None:
-        return "the experts' gate/up weights cannot share one launch (act-order permutations or group sizes differ)"
+        per_expert = _per_expert_gate_up(members, concat_weights)
+        if isinstance(per_expert, str):
+            return per_expert
+        gate_up, down_orders = per_expert
     downs = [e.down_proj for e in members]
     inter = first.in_features
     rows = group_rows(first.group_size, inter)
@@ -137,4 +183,10 @@ def stack_quantized_experts(experts: ExpertLinears) -> tuple[object, object] | s
                                torch.cat([d.scales for d in downs]), g_idx, 4, rows, first.checkpoint_format)
     if not down.kernel_ready:
         return "the stacked down projection is not kernel-ready"
+    if down_orders is not None:  # the per-expert gate/up already emit each expert's slice in its down order
+        expected = torch.cat([o + e * inter for e, o in enumerate(down_orders)]).to(down.qweight.device)
+        got = down.perm.long() if down.perm is not None else torch.arange(len(expected), device=expected.device)
+        if not torch.equal(got, expected):
+            return "the stacked down projection's order is not the experts' own orders side by side"
+        down = _without_perm(down)
     return gate_up, down

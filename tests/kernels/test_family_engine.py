@@ -59,10 +59,12 @@ def test_family_engine_on_gpu_with_graphs_fp16(name):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("act_order", [False, True])
 @pytest.mark.parametrize("name", ["qwen3_moe", "mixtral"])
-def test_gptq_experts_decode_in_graphs_on_gpu(name):
+def test_gptq_experts_decode_in_graphs_on_gpu(name, act_order):
     """On a GPU, a 4-bit GPTQ MoE (experts quantized one by one) decodes in captured graphs (the stacked-experts
-    path has no host loop) and agrees with transformers running the same quantized model (teacher-forced)."""
+    path has no host loop) and agrees with transformers running the same quantized model (teacher-forced); also
+    with act-order experts whose permutations differ (a gather and a matmul per expert)."""
     import copy
 
     import torch
@@ -71,8 +73,13 @@ def test_gptq_experts_decode_in_graphs_on_gpu(name):
 
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
-    model = copy.deepcopy(family_model(name))
-    GPTQQuantizer(GPTQConfig(bits=4, group_size=16), method="rtn", device="cpu", verbose=False).quantize(model)
+    if act_order:
+        from ..modeling.test_act_order import act_order_experts_model
+
+        model = act_order_experts_model(name)
+    else:
+        model = copy.deepcopy(family_model(name))
+        GPTQQuantizer(GPTQConfig(bits=4, group_size=16), method="rtn", device="cpu", verbose=False).quantize(model)
     model = model.to("cuda", torch.float16)
     am = AMDModelForCausalLM(model, block_size=16, max_num_seqs=4, max_model_len=256, memory_fraction=0.05)
     assert am.engine.uses_graphs, am.engine.runner.graph_error

@@ -390,6 +390,13 @@ def test_concat_weights_runs_parts_side_by_side(sym):
                                    rtol=1e-3, atol=1e-3 * plain.abs().max().item())
     with pytest.raises(InvalidArgumentError, match="permutation"):
         concat_weights(ws, column_order=torch.zeros(248, dtype=torch.long, device=DEVICE))
+    # act-order MoE experts read one slice of a gathered [rows, experts, K] input each: a row-strided view
+    xs = torch.randn(3, 3, 256, generator=torch.Generator().manual_seed(8)).half().to(DEVICE)
+    for rows in (1, 3):
+        view = xs[:rows, 1]
+        assert view.stride(0) == 3 * 256
+        torch.testing.assert_close(w4a16_matmul(view, presorted), w4a16_matmul(view.contiguous(), presorted),
+                                   rtol=0, atol=0)
 
 
 def quantize_with_g_idx(k: int, n: int, group: int, sym: bool, g_idx: torch.Tensor, seed: int):

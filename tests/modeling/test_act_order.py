@@ -64,6 +64,56 @@ def act_order_model(model_type: str = "llama", seed: int = 3, sym: bool = False,
     return model
 
 
+def _act_order_linear(k: int, n: int, g_idx: torch.Tensor, sym: bool, seed: int, bias=None) -> QuantLinear:
+    """A 4-bit act-order QuantLinear with random codes read through `g_idx`."""
+    qweight, qzeros, scales, g, _ = quantize_with_g_idx(k, n, GROUP, sym, g_idx, seed=seed)
+    # larger scales than the helper's so the tiny models' logits are not near-ties
+    tensors = {"qweight": qweight, "qzeros": qzeros, "scales": (scales.float() * 8).half(), "g_idx": g}
+    return QuantLinear.from_packed(tensors, k, n, 4, GROUP, "gptq", bias=bias)
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe"])
+def test_act_order_experts_with_orders_of_their_own_still_run_stacked(name, monkeypatch):
+    """GPTQ gives every expert its own act-order permutation (its Hessian comes from the tokens routed to it),
+    so the experts cannot share one gate/up weight: they run as one gather and a matmul per expert, with the
+    stacked down projection reading their outputs in order, and no host loop at decode sizes."""
+    from optimum_amdx.quantization.moe_experts import ExpertLinears, PerExpertGateUp
+
+    model = act_order_experts_model(name)
+    am = AMDModelForCausalLM(model, num_blocks=64, max_model_len=128)
+    runner = am.decoder.layers[0].moe
+    am.generation_config.eos_token_id = None
+    prompts = random_prompts(2, 5, 20, seed=29)
+    expected = [hf_greedy(model, p, 8) for p in prompts]  # transformers' expert loop over the same linears
+    monkeypatch.setattr(ExpertLinears, "forward", lambda *a, **k: pytest.fail("the host loop ran"))
+    assert am.generate(prompts, max_new_tokens=8) == expected
+    assert runner.stack_error is None and isinstance(runner._stacked[0], PerExpertGateUp)
+    assert runner._stacked[1].perm is None  # the per-expert outputs arrive in the down projections' order
+
+
+def act_order_experts_model(name: str):
+    """A tiny MoE family model, RTN-quantized, whose experts are act-order QuantLinears with random codes, each
+    expert with permutations of its own (gate/up share one)."""
+    from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer
+    from optimum_amdx.quantization.moe_experts import ExpertLinears
+
+    model = copy.deepcopy(family_model(name))
+    GPTQQuantizer(GPTQConfig(bits=4, group_size=GROUP), method="rtn", device="cpu", verbose=False).quantize(model)
+    for i, layer in enumerate(model.model.layers):
+        experts = getattr(layer.mlp, "experts", None)
+        if not isinstance(experts, ExpertLinears):
+            continue
+        for e in range(experts.num_experts):
+            ex = experts[e]
+            hidden, inter = ex.gate_proj.in_features, ex.down_proj.in_features
+            g_in = _act_order_g_idx(hidden, seed=100 * i + 2 * e)
+            ex.gate_proj = _act_order_linear(hidden, inter, g_in, False, seed=1000 * i + 10 * e)
+            ex.up_proj = _act_order_linear(hidden, inter, g_in, False, seed=1000 * i + 10 * e + 1)
+            ex.down_proj = _act_order_linear(inter, hidden, _act_order_g_idx(inter, seed=100 * i + 2 * e + 1), False,
+                                             seed=1000 * i + 10 * e + 2)
+    return model
+
+
 def _engine(model, hoist: bool, monkeypatch) -> AMDModelForCausalLM:
     monkeypatch.setattr(paged_model, "HOIST_ACT_ORDER", hoist)
     return AMDModelForCausalLM(copy.deepcopy(model), num_blocks=32, max_model_len=64)
