@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from ..kernels.w4a16 import W4A16Weight
 
 __all__ = ["ExpertLinears", "split_stacked_experts", "has_per_expert_keys", "legacy_expert_key", "stack_quantized_experts",
            "PerExpertGateUp"]
@@ -112,15 +115,17 @@ class PerExpertGateUp:
     its columns in the order of that expert's down projection, and every expert's input order side by side,
     so a step gathers the input for all experts in one launch and runs one matmul per expert."""
 
-    weights: list
-    """`W4A16Weight` per expert: [H, 2I], gate columns then up columns, each in the down projection's order."""
+    weights: list["W4A16Weight"]
+    """Per expert: [H, 2I], gate columns then up columns, each in the down projection's order."""
     perms: torch.Tensor
     """int64 [E * H]: expert e reads input column ``perms[e * H + k]`` as its row k."""
 
 
-def _per_expert_gate_up(members: list, concat_weights: Callable) -> tuple[PerExpertGateUp, list[torch.Tensor]] | str:
+def _per_expert_gate_up(members: list) -> tuple[PerExpertGateUp, list[torch.Tensor]] | str:
     """`PerExpertGateUp` for experts whose gate/up permutations differ between experts but not within one, and
     the down projections' orders it put the columns in; or why not."""
+    from ..kernels.w4a16 import concat_weights
+
     weights, perms, down_orders = [], [], []
     for e in members:
         gate, down = e.gate_proj.kernel_weight(), e.down_proj.kernel_weight()
@@ -136,7 +141,8 @@ def _per_expert_gate_up(members: list, concat_weights: Callable) -> tuple[PerExp
     return PerExpertGateUp(weights, torch.cat(perms)), down_orders
 
 
-def _without_perm(w):  # noqa: ANN001, ANN202 - a W4A16Weight
+def _without_perm(w: "W4A16Weight") -> "W4A16Weight":
+    """The same weight read without its permutation (its input must arrive already in that order)."""
     from dataclasses import replace
 
     return replace(w, perm=None, x_order=None)
@@ -168,7 +174,7 @@ def stack_quantized_experts(experts: ExpertLinears) -> tuple[object, object] | s
     gate_up = concat_weights([w.kernel_weight() for e in members for w in (e.gate_proj, e.up_proj)])
     down_orders = None
     if gate_up is None:
-        per_expert = _per_expert_gate_up(members, concat_weights)
+        per_expert = _per_expert_gate_up(members)
         if isinstance(per_expert, str):
             return per_expert
         gate_up, down_orders = per_expert
