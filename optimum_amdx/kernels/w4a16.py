@@ -262,6 +262,13 @@ class W4A16Weight:
     def device(self) -> "torch.device":
         return self.scales.device
 
+    def presorted(self) -> "W4A16Weight":
+        """The same tensors read without the act-order permutation: the caller hands in x already in the
+        sorted row order (``x[:, perm]``), as the paged engine's producers do (`modeling.paged_model`)."""
+        from dataclasses import replace
+
+        return replace(self, perm=None, x_order=None)
+
 
 def tile_pack(q: "torch.Tensor") -> "torch.Tensor":
     """Pack int32 4-bit codes ``[K, N]`` (sorted row order) into the tile-major `W4A16Weight` layout."""

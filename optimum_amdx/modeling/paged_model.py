@@ -141,8 +141,6 @@ class _Projection:
     same pass. `column_order` reorders the fused GPTQ weight's output columns (see `_Layer`)."""
 
     def __init__(self, linears: list[nn.Module], column_order: torch.Tensor | None = None) -> None:
-        from dataclasses import replace
-
         self.modules = linears
         self.sizes = [m.out_features for m in linears]
         fused = _fuse_linears(linears)
@@ -152,7 +150,7 @@ class _Projection:
         self.input_perm: torch.Tensor | None = None
         if HOIST_ACT_ORDER and self.qweight is not None and self.qweight.perm is not None:
             self.input_perm = self.qweight.perm
-            self.qweight = replace(self.qweight, perm=None, x_order=None)
+            self.qweight = self.qweight.presorted()
 
     def input_order(self, dtype: torch.dtype) -> torch.Tensor | None:
         """The permutation an input of `dtype` must be given in (act-order GPTQ weights run fused only
@@ -256,8 +254,6 @@ class _Layer:
     """Handles on one decoder layer's weights, with its family's departures from Llama (`families.LayerParts`)."""
 
     def __init__(self, parts: LayerParts, cos: torch.Tensor, sin: torch.Tensor) -> None:
-        from dataclasses import replace
-
         self.parts = parts
         self.qkv = _projection(parts.qkv_modules, parts.qkv_sizes)
         self.o_proj = parts.o_proj
@@ -278,7 +274,7 @@ class _Layer:
         """The down projection's weight without its permutation, when the fused gate/up weight emits
         its columns in that order (then used for every fp16/bf16 input, see `PagedDecoder._apply_down`)."""
         if order is not None and self.gate_up.qweight is not None:
-            self.down_sorted = replace(down_w, perm=None, x_order=None)
+            self.down_sorted = down_w.presorted()
         self.act: Callable[[torch.Tensor], torch.Tensor] | None = parts.act
         self.act_is_silu = parts.act is not None and _is_silu(parts.act)
         self.ln1_w, self.ln1_eps = parts.input_norm.weight, parts.input_norm.eps

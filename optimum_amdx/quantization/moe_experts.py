@@ -136,16 +136,9 @@ def _per_expert_gate_up(members: list) -> tuple[PerExpertGateUp, list[torch.Tens
         if w is None:
             return "an expert's gate and up weights cannot share one launch (their act-order orders or groups differ)"
         perms.append(w.perm.long() if w.perm is not None else torch.arange(hidden, device=order.device))
-        weights.append(_without_perm(w))
+        weights.append(w.presorted())
         down_orders.append(order)
     return PerExpertGateUp(weights, torch.cat(perms)), down_orders
-
-
-def _without_perm(w: "W4A16Weight") -> "W4A16Weight":
-    """The same weight read without its permutation (its input must arrive already in that order)."""
-    from dataclasses import replace
-
-    return replace(w, perm=None, x_order=None)
 
 
 def stack_quantized_experts(experts: ExpertLinears) -> tuple[object, object] | str:
@@ -194,5 +187,5 @@ def stack_quantized_experts(experts: ExpertLinears) -> tuple[object, object] | s
         got = down.perm.long() if down.perm is not None else torch.arange(len(expected), device=expected.device)
         if not torch.equal(got, expected):
             return "the stacked down projection's order is not the experts' own orders side by side"
-        down = _without_perm(down)
+        down = down.presorted()
     return gate_up, down

@@ -15,6 +15,7 @@ from torch import nn
 
 from ..errors import InvalidArgumentError
 from .config import group_rows
+from ..kernels.runtime import use_triton
 from ..kernels.w4a16 import W4A16Weight, dequantize_gptq, prepare_gptq_weight, w4a16_matmul
 
 
@@ -111,7 +112,7 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype in (torch.float16, torch.bfloat16):
             w = self.kernel_weight()
-            if not w.kernel_ready and x.is_cuda and not self._warned_slow:
+            if not w.kernel_ready and not self._warned_slow and use_triton(x):  # where 4-bit ones get a kernel
                 self._warned_slow = True
                 warnings.warn(
                     f"A {self.bits}-bit GPTQ linear ({self.in_features} -> {self.out_features}, group size "

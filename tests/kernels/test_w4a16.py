@@ -375,11 +375,9 @@ def test_concat_weights_runs_parts_side_by_side(sym):
 
     # the paged engine's act-order forms: output columns reordered at build time, and a weight without its
     # permutation reading an input that arrives already permuted (kernels, not the reference, on 1 and 3 rows)
-    from dataclasses import replace
-
     order = torch.randperm(248, generator=torch.Generator().manual_seed(5)).to(DEVICE)
     reordered = concat_weights(ws, column_order=order)
-    presorted = replace(fused, perm=None)
+    presorted = fused.presorted()
     for rows in (1, 3):
         xr = x[:rows]
         plain = w4a16_matmul(xr, fused)
@@ -409,6 +407,26 @@ def quantize_with_g_idx(k: int, n: int, group: int, sym: bool, g_idx: torch.Tens
     expected = (q - zeros[g_idx.long()]).float() * scales.float()[g_idx.long()]
     return (_pack_reference(q, 4, along_rows=True), _pack_reference(zeros - 1, 4, along_rows=False), scales, g_idx,
             expected)
+
+
+def test_a_gptq_layer_without_a_kernel_says_it_runs_the_slow_path_once():
+    """An 8-bit layer (GPT-QModel's default lm_head=True head) runs dequantize + matmul where 4-bit layers get
+    the kernels (GPU, or the interpreter here): the first call warns, later ones do not."""
+    import warnings
+
+    from optimum_amdx.quantization import QuantLinear
+
+    k, n = 64, 32
+    q = torch.randint(0, 256, (k, n), generator=torch.Generator().manual_seed(1))
+    tensors = {"qweight": pack_gptq_int32(q, 8, dim=0), "qzeros": pack_gptq_int32(torch.full((2, n), 127), 8, dim=1),
+               "scales": torch.full((2, n), 0.01).half(), "g_idx": (torch.arange(k) // 32).to(torch.int32)}
+    layer = QuantLinear.from_packed({t: v.to(DEVICE) for t, v in tensors.items()}, k, n, 8, 32)
+    x = torch.randn(2, k, generator=torch.Generator().manual_seed(2)).half().to(DEVICE)
+    with pytest.warns(UserWarning, match="8-bit GPTQ linear .* no fast kernel"):
+        first = layer(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(layer(x), first, rtol=0, atol=0)
 
 
 def test_uneven_act_order_groups_fall_back_to_reference():
