@@ -5,11 +5,11 @@
 # transformers; our package is put on PYTHONPATH). Results go to $OUT (the device tool's folder; at most
 # eight files come back, two folders deep), else ./gpu-pending-out.
 #
-#   bash benchmarks/gpu_pending.sh verify    # GPU tests of the W4A16, norm, GPTQ and engine code, the one-row fixed cost
+#   bash benchmarks/gpu_pending.sh verify    # GPU tests of the W4A16, norm, attention, GPTQ and engine code, the one-row fixed cost
 #   bash benchmarks/gpu_pending.sh decode    # Llama-3-8B GPTQ decode step: plain vs act-order, gathers moved or not
 #   bash benchmarks/gpu_pending.sh e2e-l3    # optimum-amdx benchmark, Llama-3-8B: fp16, GPTQ, GPTQ with a 4-bit lm_head
 #   bash benchmarks/gpu_pending.sh e2e-l2    # the same for Llama-2-7B: fp16, GPTQ
-#   bash benchmarks/gpu_pending.sh m1        # the seven-shape one-row table with the shipped config
+#   bash benchmarks/gpu_pending.sh m1        # the seven-shape one-row table with the shipped config, then the knob sweep
 set -uo pipefail
 case "${1:-}" in
   verify|decode|e2e-l3|e2e-l2|m1) ;;
@@ -43,7 +43,8 @@ case "${1:-}" in
   verify)
     step 330 gputests.log python3 -m pytest -q -p no:cacheprovider -m gpu -x \
       tests/kernels/test_w4a16_pipelined.py tests/kernels/test_w4a16_rows.py tests/kernels/test_w4a16_stream.py \
-      tests/kernels/test_w4a16.py tests/kernels/test_norm_rotary.py tests/quantization/test_gpu.py tests/modeling/test_gpu.py
+      tests/kernels/test_w4a16.py tests/kernels/test_norm_rotary.py tests/kernels/test_paged_attention.py \
+      tests/kernels/test_decode_fusions.py tests/quantization/test_gpu.py tests/modeling/test_gpu.py
     step 200 fixed-cost.log python3 benchmarks/bench_w4a16_gemv.py --fixed-cost --out "$out/w4a16-fixed-cost.json" ;;
   decode)
     step 560 decode-step.log python3 benchmarks/decode_step.py --shapes llama-3-8b \
@@ -54,7 +55,8 @@ case "${1:-}" in
   e2e-l2)
     bench 560 benchmark-llama2-7b llama-2-7b none,gptq-4bit ;;
   m1)
-    step 560 m1.log python3 benchmarks/bench_w4a16.py --m1-only --no-peers --out "$out/w4a16-m1.json" ;;
+    step 300 m1.log python3 benchmarks/bench_w4a16.py --m1-only --no-peers --out "$out/w4a16-m1.json"
+    step 250 gemv-sweep.log python3 benchmarks/bench_w4a16_gemv.py --out "$out/w4a16-gemv.json" ;;
 esac
 echo "gpu_pending.sh ${1}: $([ $status -eq 0 ] && echo all steps passed || echo some steps failed), files in $out"
 exit $status

@@ -392,7 +392,7 @@ def _unified_attention_kernel(
                     total += part * tl.exp2(lse_s - m_all)[:, None]
                 o_ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
                 tl.store(o_ptrs, (total / denom[:, None]).to(out_ptr.dtype.element_ty), mask=store_mask)
-                tl.atomic_xchg(counter_ptr + slot, 0)
+                tl.atomic_xchg(counter_ptr + slot, 0, sem="relaxed")  # the launch's end orders it
 
 
 @triton.jit

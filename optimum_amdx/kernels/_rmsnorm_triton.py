@@ -27,31 +27,37 @@ def _rms_norm_kernel(
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
+    # Every global load is issued before the row's reduction: loads after it would wait behind its
+    # barrier, a memory round trip more per call (the weight; with perm, the gathered row too).
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
+    if HAS_PERM:
+        # y[j] is the normalized input column perm[j]: the row is also read through perm (cache hits)
+        # and h re-formed there, so h is still written in order (a store through perm would cost the
+        # compiler a shared-memory layout change of the whole row)
+        src = tl.load(perm_ptr + cols, mask=mask, other=0)
+        xg = tl.load(x_ptr + row * x_stride + src, mask=mask, other=0.0)
+        if HAS_RESIDUAL:
+            rg = tl.load(res_ptr + row * res_stride + src, mask=mask, other=0.0)
+    else:
+        src = cols
+    w = tl.load(w_ptr + src, mask=mask, other=0.0)
     # Arithmetic in float32, rounded to the storage dtype where HF rounds: one fp32 add or
     # multiply of two fp16/bf16 values rounded once equals the native half-precision operation.
-    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
     in_ty = x.dtype
     xf = x.to(tl.float32)
     if HAS_RESIDUAL:
-        r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
         h = (xf + r.to(tl.float32)).to(in_ty)
         tl.store(h_ptr + row * h_stride + cols, h, mask=mask)
         xf = h.to(tl.float32)
     var = tl.sum(xf * xf, axis=0) / n_cols
     if HAS_PERM:
-        # y[j] is the normalized input column perm[j]: the row is read again through perm (cache hits) and
-        # h re-formed there, so h is still written in order (a store through perm would cost the compiler
-        # a shared-memory layout change of the whole row)
-        src = tl.load(perm_ptr + cols, mask=mask, other=0)
-        xf = tl.load(x_ptr + row * x_stride + src, mask=mask, other=0.0).to(tl.float32)
+        xf = xg.to(tl.float32)
         if HAS_RESIDUAL:
-            r = tl.load(res_ptr + row * res_stride + src, mask=mask, other=0.0)
-            xf = (xf + r.to(tl.float32)).to(in_ty).to(tl.float32)
-    else:
-        src = cols
+            xf = (xf + rg.to(tl.float32)).to(in_ty).to(tl.float32)
     normed = (xf * tl.math.rsqrt(var + eps)).to(in_ty)
     out_ty = y_ptr.dtype.element_ty
-    w = tl.load(w_ptr + src, mask=mask, other=0.0)
     y = w.to(out_ty).to(tl.float32) * normed.to(out_ty).to(tl.float32)
     tl.store(y_ptr + row * y_stride + cols, y.to(out_ty), mask=mask)
 

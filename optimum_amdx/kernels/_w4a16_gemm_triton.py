@@ -17,7 +17,8 @@ tile are dequantized separately ([BLOCK_N, 16] each) and joined into one [BLOCK_
 ``NATURAL`` permutes the join so operand position = row of the tile (x^T is then a contiguous,
 vectorized load; without it position ``p = r * 8 + t`` holds plane ``bitrev3(t)``, row ``r``, and x
 is gathered in that order: 64 scalar loads per thread per tile at 64 x 64, sm_90 SASS). ``X_PREP``
-gathers x (act-order permutation, padding) once per call in the front instead of in the loop.
+gathers x (act-order permutation, padding) once per call in the front instead of in the loop (the
+default for act-order weights; `gather_x`).
 ``PREFETCH`` loads the weight words of the next (1) or next-but-one (2) K tile into registers while
 this one is computed: ptxas sinks such loads to the end of the iteration, so only depth 2 keeps a
 whole iteration between a load and its use. Triton's own pipeliner (``num_stages`` > 1) is not used:
@@ -171,13 +172,12 @@ def _write_tile(acc, out_ptr, ws_ptr, cnt, n_splits, bias_ptr, offs_m, offs_n, m
         ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
         if ticket == n_splits - 1:
             old = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.int32),
-                                 mask=out_mask, sem="acq_rel")
+                                 mask=out_mask, sem="relaxed")  # the ticket's acquire orders it
             total = old.to(tl.float32, bitcast=True)
             if HAS_BIAS:
                 total += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
             tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
-            tl.debug_barrier()
-            tl.atomic_xchg(cnt, 0, sem="acq_rel")
+            tl.atomic_xchg(cnt, 0, sem="relaxed")  # the launch's end orders it before the next one
 
 
 @triton.jit
@@ -358,6 +358,13 @@ def x_index(w: "W4A16Weight", natural: bool) -> torch.Tensor:
     return idx
 
 
+def gather_x(x2: torch.Tensor, w: "W4A16Weight", natural: bool) -> torch.Tensor:
+    """x2 ``[M, K]`` gathered into the kernel's (tile, position) order (`x_index`): one index_select,
+    plus a zero column first only when K is ragged (padded rows read column K)."""
+    src = x2 if w.in_features % TILE == 0 else torch.nn.functional.pad(x2, (0, 1))
+    return src.index_select(1, x_index(w, natural))
+
+
 def gemm_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str,
                 config: Optional[dict[str, Any]] = None) -> torch.Tensor:
     """``x2 @ W (+ bias)`` through the fused GEMM; x2 is ``[M, K]`` with unit stride along K."""
@@ -371,12 +378,11 @@ def gemm_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
     kt = w.k_tiles
     m_blocks, n_blocks = triton.cdiv(m, block_m), triton.cdiv(n, block_n)
     splits, per = split_k(m_blocks, n_blocks, kt, cfg, compute_units(x2.device))
-    x_prep = bool(cfg.get("X_PREP", False))
+    # act-order: x gathered once per call (one launch) rather than per tile and row in the loop (H200,
+    # 64 rows on 4096x4096: about 45 us more per call in the loop; RESULTS.md section round9)
+    x_prep = bool(cfg.get("X_PREP", w.perm is not None))
     natural = bool(cfg.get("NATURAL", False))
-    if x_prep:  # x gathered once into the kernel's (tile, position) order, a zero column for padding
-        x_src = torch.nn.functional.pad(x2, (0, 1)).index_select(1, x_index(w, natural))
-    else:
-        x_src = x2
+    x_src = gather_x(x2, w, natural) if x_prep else x2
     ws, cnt = _workspace(x2.device, n, m) if splits > 1 else (out, out)
     gs = 0 if w.group_size >= k else w.group_size
     _w4a16_gemm_kernel[(m_blocks, n_blocks, splits)](
@@ -413,8 +419,8 @@ def _spec(rows: int, group: int, zeros: bool, perm: bool, split: bool, archs: tu
         kernel=_w4a16_gemm_kernel,
         signature=sig,
         constexprs={"GROUP_SIZE": group, "CHUNKS": chunks(group), "BLOCK_M": cfg0["BLOCK_M"],
-                    "BLOCK_N": cfg0["BLOCK_N"], "SPLIT": 4 if split else 1, "HAS_ZEROS": zeros, "HAS_PERM": perm,
-                    "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True, "X_PREP": False,
+                    "BLOCK_N": cfg0["BLOCK_N"], "SPLIT": 4 if split else 1, "HAS_ZEROS": zeros, "HAS_PERM": False,
+                    "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True, "X_PREP": perm,  # act-order: x gathered once
                     "NATURAL": bool(cfg0.get("NATURAL", False)), "PREFETCH": int(cfg0.get("PREFETCH", 0))},
         options=lambda arch: launch_options(gemm_config(arch, rows), arch),
         hot=True,

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, split_k, x_index
+from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, gather_x, split_k
 from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
 from .runtime import compute_units
 
@@ -307,10 +307,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     if cfg.get("UNROLL", 1) not in (1, 2):
         raise ValueError(f"UNROLL={cfg['UNROLL']}: the kernel takes 1 or 2 K tiles per step")
     out = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
-    if w.perm is not None or k % TILE:  # x in the layout's row order, zero columns for the padded rows
-        x_src = torch.nn.functional.pad(x2, (0, 1)).index_select(1, x_index(w, True))
-    else:
-        x_src = x2
+    # x in the layout's row order (act-order), zero columns for the padded rows (ragged K)
+    x_src = gather_x(x2, w, True) if w.perm is not None or k % TILE else x2
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     splits, per = split_k(tiles, 1, w.k_tiles, cfg, compute_units(x2.device))
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles

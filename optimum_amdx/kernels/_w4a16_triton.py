@@ -10,12 +10,13 @@ other along K; nibble ``j`` of word ``r`` is input row ``kt * 128 + j * 16 + r``
 - ``_w4a16_stream_kernel`` (1 to `STREAM_MAX_M` rows): a persistent, "stream-K" grid. The
   ``NB * KT`` tiles, ordered column block by column block, are cut into one contiguous,
   equal share per program, and the grid is sized to what the GPU holds at once, so there is no
-  partial last wave and each program streams one contiguous run of memory. The next tile is
-  loaded before the current one is computed (bytes in flight while the ALUs work). A program
-  flushes its partial sums when it leaves a column block: a program that saw the whole block
-  stores the output directly; otherwise float32 atomics go into a persistent workspace and the
-  last contributor (a ticket per column block and M block) writes the output, adds the bias and
-  clears the workspace: one launch, graph-safe.
+  partial last wave and each program streams one contiguous run of memory, from its last tile
+  down. The next tile is loaded before the current one is computed (bytes in flight while the ALUs
+  work). A program flushes its partial sums when it leaves a column block (`_leave_block`): a
+  program that saw the whole block stores the output directly; otherwise the other sharers add
+  float32 partial sums into a persistent workspace and raise a counter per column block and M
+  block, and the sharer holding the block's last tile waits for them, writes the output, adds the
+  bias and clears the workspace: one launch, graph-safe.
   One row (``BLOCK_M == 1``) is FMA work. On NVIDIA with fp16 activations it is the packed loop
   (`_dot32`: inline PTX, two nibbles per 32-bit op, exact ``q - z`` in fp16x2, fp16 products summed
   over at most 8 per half, float32 scale per group; the activation pairs it meets come from a
@@ -465,42 +466,72 @@ def _tile_consts(s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N: 
 
 
 @triton.jit
-def _flush_row(acc2, nb, kt, u, u0, n_prog, n_units, KT, NB, N, pid_m, offs_loc, out_ptr, ws_ptr, cnt_ptr, bias_ptr,
-               stride_om, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """One row: the partial sums of column block nb leave the program (see the stream kernel's flush)."""
-    offs_n = nb * BLOCK_N + offs_loc
-    res = tl.sum(acc2, axis=1)
-    out_mask = offs_n < N
-    out_ptrs = out_ptr + pid_m * stride_om + offs_n
+def _leave_block(res, out_ptrs, ws_ptrs, out_mask, bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KT, cnt,
+                 BLOCK_M: tl.constexpr, HAS_BIAS: tl.constexpr, TICKET: tl.constexpr):
+    """The partial sums `res` of column block nb leave this program (both stream paths; see the
+    stream kernel's docstring). A program that saw the whole block stores the output. Otherwise the
+    programs of the block ``p_first..p_last`` share it, and programs walk their tiles from the last
+    down, so each posts early the block it ends in and meets last the block it starts in:
+    - ordered (default): every sharer but the one holding the block's last tile (``p_last``) adds its
+      sums into the float32 workspace and raises the block's counter (release: no reply awaited);
+      ``p_last`` meets the block last, waits until the counter shows every other sharer (acquire; they
+      have lower program ids, so they were started first and posted at their start), takes the
+      workspace (clearing it), adds its own sums and stores. One memory round trip after the wait,
+      and the sharers never stall on a reply.
+    - TICKET: every sharer adds into the workspace and takes a ticket (acq_rel); the last to arrive
+      stores and clears (three round trips on the critical path; kept for comparison)."""
     first = nb * KT
-    if (u0 <= first) & (kt == KT - 1):
+    owns_last = first + KT <= u1
+    if (u0 <= first) & owns_last:
         if HAS_BIAS:
-            res += _bias_cols(bias_ptr, offs_n, N, 1)
-        tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=out_mask)
+            res += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
+        tl.store(out_ptrs, res.to(out_ptrs.dtype.element_ty), mask=out_mask)
     else:
-        ws_ptrs = ws_ptr + pid_m * N + offs_n
-        tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
-        tl.debug_barrier()
         p_first = ((first + 1) * n_prog - 1) // n_units
         p_last = ((first + KT) * n_prog - 1) // n_units
-        cnt = cnt_ptr + pid_m * NB + nb
-        ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
-        if ticket == p_last - p_first:
-            old = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)), tl.zeros(res.shape, dtype=tl.int32),
-                                 mask=out_mask, sem="acq_rel")
-            total = old.to(tl.float32, bitcast=True)
+        ws_int = ws_ptrs.to(tl.pointer_type(tl.int32))
+        zeros = tl.zeros(res.shape, dtype=tl.int32)
+        if TICKET:
+            tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
+            tl.debug_barrier()  # every thread's partial sums are issued before the ticket is taken
+            ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
+            if ticket == p_last - p_first:
+                total = tl.atomic_xchg(ws_int, zeros, mask=out_mask, sem="relaxed").to(tl.float32, bitcast=True)
+                if HAS_BIAS:
+                    total += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
+                tl.store(out_ptrs, total.to(out_ptrs.dtype.element_ty), mask=out_mask)
+                tl.atomic_xchg(cnt, 0, sem="relaxed")  # the launch's end orders it before the next one
+        elif owns_last:
+            seen = tl.atomic_add(cnt, 0, sem="acquire")
+            while seen < p_last - p_first:
+                seen = tl.atomic_add(cnt, 0, sem="acquire")
+            total = res + tl.atomic_xchg(ws_int, zeros, mask=out_mask, sem="relaxed").to(tl.float32, bitcast=True)
             if HAS_BIAS:
-                total += _bias_cols(bias_ptr, offs_n, N, 1)
-            tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
-            tl.debug_barrier()
-            tl.atomic_xchg(cnt, 0, sem="acq_rel")
+                total += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
+            tl.store(out_ptrs, total.to(out_ptrs.dtype.element_ty), mask=out_mask)
+            tl.atomic_xchg(cnt, 0, sem="relaxed")
+        else:
+            tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
+            tl.debug_barrier()  # every thread's partial sums are issued before the counter is raised
+            tl.atomic_add(cnt, 1, sem="release")
+
+
+@triton.jit
+def _flush_row(acc2, nb, u0, u1, n_prog, n_units, KT, NB, N, pid_m, offs_loc, out_ptr, ws_ptr, cnt_ptr, bias_ptr,
+               stride_om, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, TICKET: tl.constexpr):
+    """One row (row `pid_m` of the output, its counters at ``cnt_ptr + pid_m * NB``): the partial sums
+    of column block nb leave the program through `_leave_block` (its callers walk tiles from the last
+    down)."""
+    offs_n = nb * BLOCK_N + offs_loc
+    _leave_block(tl.sum(acc2, axis=1), out_ptr + pid_m * stride_om + offs_n, ws_ptr + pid_m * N + offs_n, offs_n < N,
+                 bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KT, cnt_ptr + pid_m * NB + nb, 1, HAS_BIAS, TICKET)
 
 
 @triton.jit
 def _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, u0, u1, pid_m, n_prog,
                        n_units, N, K, KT, NB, stride_om, GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr,
                        BLOCK_N: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-                       FENCE: tl.constexpr):
+                       FENCE: tl.constexpr, TICKET: tl.constexpr):
     """The one-row packed loop with everything of the next tile in flight during this one's math:
     its weight words, activation pairs, scales and zeros are loaded before the current tile is
     computed. FENCE=2 puts a branch that is never taken between the loads and the math: ptxas
@@ -509,14 +540,16 @@ def _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, 
     offs_loc = tl.arange(0, BLOCK_N)
     offs_r = tl.arange(0, 16)
     tile_offs = offs_loc[:, None] * 16 + offs_r[None, :]
-    nb = u0 // KT
-    kt = u0 - nb * KT
-    cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
+    u = u1 - 1  # tiles walked from the last down (see `_leave_block`)
+    nb = u // KT
+    kt = u - nb * KT
+    cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
     x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _tile_consts(
         s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
     acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-    for u in range(u0, u1):
-        un = tl.minimum(u + 1, u1 - 1)  # the last iteration reloads its own tile (L2 hits)
+    for i in range(0, u1 - u0):
+        u = u1 - 1 - i
+        un = tl.maximum(u - 1, u0)  # the last iteration reloads its own tile (L2 hits)
         nbn = un // KT
         ktn = un - nbn * KT
         nxt = tl.load(qw_ptr + un * TILE_WORDS + tile_offs)
@@ -529,9 +562,9 @@ def _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, 
                 tl.store(cnt_ptr + un, 0)
         acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl0[:, None], zh0[:, None], zl1[:, None], zh1[:, None], s0[:, None],
                       s1[:, None], s2[:, None], s3[:, None], CHUNKS)
-        if (kt == KT - 1) | (u == u1 - 1):
-            _flush_row(acc2, nb, kt, u, u0, n_prog, n_units, KT, NB, N, pid_m, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-                       bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
+        if (kt == 0) | (u == u0):
+            _flush_row(acc2, nb, u0, u1, n_prog, n_units, KT, NB, N, pid_m, offs_loc, out_ptr, ws_ptr, cnt_ptr,
+                       bias_ptr, stride_om, BLOCK_N, HAS_BIAS, TICKET)
             acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
         cur = nxt
         nb, kt = nbn, ktn
@@ -557,7 +590,7 @@ def _w4a16_stream_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
-    LOOKAHEAD: tl.constexpr = False,
+    LOOKAHEAD: tl.constexpr = False, TICKET: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -571,7 +604,8 @@ def _w4a16_stream_kernel(
     u1 = (pid + 1) * n_units // n_prog
     if BLOCK_M == 1 and PACKED and LOOKAHEAD:
         _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, u0, u1, pid_m, n_prog,
-                           n_units, N, K, KT, NB, stride_om, GROUP_SIZE, CHUNKS, BLOCK_N, HAS_ZEROS, HAS_BIAS, EVEN_K, FENCE)
+                           n_units, N, K, KT, NB, stride_om, GROUP_SIZE, CHUNKS, BLOCK_N, HAS_ZEROS, HAS_BIAS, EVEN_K, FENCE,
+                           TICKET)
         return
     offs_loc = tl.arange(0, BLOCK_N)
     offs_r = tl.arange(0, R)
@@ -586,14 +620,16 @@ def _w4a16_stream_kernel(
         offs_p = tl.arange(0, 128)
         t = offs_p % 8
         rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + offs_p // 8
+    # tiles walked from the last down (see `_leave_block`)
     if not PIPELINE:
-        cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
-    for u in tl.range(u0, u1, num_stages=STAGES):
+        cur = tl.load(qw_ptr + (u1 - 1) * TILE_WORDS + tile_offs)
+    for i in tl.range(0, u1 - u0, num_stages=STAGES):
+        u = u1 - 1 - i
         if PIPELINE:  # Triton's pipeliner keeps STAGES - 1 tiles in flight (async copies on sm_80+)
             cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
         else:
             # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
-            nxt = tl.load(qw_ptr + tl.minimum(u + 1, u1 - 1) * TILE_WORDS + tile_offs)
+            nxt = tl.load(qw_ptr + tl.maximum(u - 1, u0) * TILE_WORDS + tile_offs)
             if FENCE:  # keeps the compiler (ptxas) from sinking the prefetch below the compute of `cur`
                 tl.debug_barrier()
         nb = u // KT
@@ -695,7 +731,7 @@ def _w4a16_stream_kernel(
                 acc = tl.dot(w7, _x_tile(x_ptr, perm_ptr, k0 + 112 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
         if not PIPELINE:
             cur = nxt
-        if (kt == KT - 1) | (u == u1 - 1):
+        if (kt == 0) | (u == u0):
             if BLOCK_M == 1:
                 # 1-D output vectors: a [BLOCK_N, 1] store would pull its layout back into the
                 # loop's accumulator (a shared-memory conversion every tile in the packed loop)
@@ -708,28 +744,8 @@ def _w4a16_stream_kernel(
                 out_mask = (offs_n < N)[:, None] & m_mask[None, :]
                 out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
                 ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
-            first = nb * KT
-            if (u0 <= first) & (kt == KT - 1):
-                if HAS_BIAS:
-                    res += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
-                tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=out_mask)
-            else:
-                tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
-                # every thread's partial sums must be issued before this program takes its ticket
-                tl.debug_barrier()
-                p_first = ((first + 1) * n_prog - 1) // n_units
-                p_last = ((first + KT) * n_prog - 1) // n_units
-                cnt = cnt_ptr + pid_m * NB + nb
-                ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
-                if ticket == p_last - p_first:
-                    old = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)),
-                                         tl.zeros(res.shape, dtype=tl.int32), mask=out_mask, sem="acq_rel")
-                    total = old.to(tl.float32, bitcast=True)
-                    if HAS_BIAS:
-                        total += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
-                    tl.store(out_ptrs, total.to(out_ptr.dtype.element_ty), mask=out_mask)
-                    tl.debug_barrier()
-                    tl.atomic_xchg(cnt, 0, sem="acq_rel")
+            _leave_block(res, out_ptrs, ws_ptrs, out_mask, bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KT,
+                         cnt_ptr + pid_m * NB + nb, BLOCK_M, HAS_BIAS, TICKET)
             if BLOCK_M == 1:
                 acc2 = tl.zeros([BLOCK_N, R], dtype=tl.float32)
             else:
@@ -933,7 +949,8 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
             BLOCK=XPACK_BLOCK, num_warps=4)
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
-           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead)
+           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead,
+           bool(cfg.get("TICKET", False)))
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
     ck = _w4a16_stream_kernel[(grid, m_blocks)](
@@ -944,7 +961,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
-        LOOKAHEAD=lookahead, **launch_options(cfg, arch),
+        LOOKAHEAD=lookahead, TICKET=bool(cfg.get("TICKET", False)), **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)

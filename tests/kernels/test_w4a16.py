@@ -171,8 +171,10 @@ def test_repacked_layout_is_tile_major_with_nibble_planes():
     assert torch.equal(w.codes(), codes)
 
 
-def test_split_stream_workspace_is_left_clean_and_reused():
-    """Many programs per column block: partial sums meet in the workspace, which is left zeroed."""
+@pytest.mark.parametrize("ticket", [False, True])  # the ordered flush (shipped) and the ticket one (compared)
+def test_split_stream_workspace_is_left_clean_and_reused(ticket):
+    """Many programs per column block: partial sums meet in the workspace, which is left zeroed with
+    its counters, whichever flush runs (several calls reuse them)."""
     qweight, qzeros, scales, g_idx, _ = quantize(512, 64, 4, 32, False, False, "gptq", seed=11)
     w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=32)
     from optimum_amdx.kernels._w4a16_triton import _WORKSPACES
@@ -180,7 +182,7 @@ def test_split_stream_workspace_is_left_clean_and_reused():
     g = torch.Generator().manual_seed(5)
     for m, programs in ((1, 3), (5, 4), (1, 2), (20, 3)):
         x = torch.randn(m, 512, generator=g).half().to(DEVICE)
-        cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs}
+        cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs, "TICKET": ticket}
         out = w4a16_matmul(x, w, config=cfg, route="stream")
         ref = w4a16_matmul_reference(x, w).float()
         torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-3 * ref.abs().max().item())
@@ -243,9 +245,10 @@ def test_stream_every_m_and_split(m, k, n, group, sym, act_order, fmt, dtype, pr
 
 GEMM_CASES = [
     # (M, K, N, group, sym, act_order, fmt, dtype, config): the fused GEMM on every option: split-K
-    # (the ticket and the workspace), x gathered in the kernel or once per call, 32/64/128-column
+    # (the ticket and the workspace), x gathered in the kernel or once per call (the default for
+    # act-order), 32/64/128-column
     # slices of a tile, groups 32/64/128/-1, odd M, K and N off the tiles, fp16/bf16, bias
-    (17, 200, 72, 64, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "SPLIT": 2}),
+    (17, 200, 72, 64, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "SPLIT": 2, "X_PREP": False}),
     (33, 384, 96, 32, False, True, "gptq_v2", torch.bfloat16, {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT": 3,
                                                                 "NATURAL": True, "PREFETCH": 2}),
     (18, 520, 64, 128, False, False, "gptq", torch.float16, {"BLOCK_M": 32, "BLOCK_N": 64, "SPLIT": 2,
