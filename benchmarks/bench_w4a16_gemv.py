@@ -40,8 +40,9 @@ from optimum_amdx.kernels._w4a16_triton import stream_config  # noqa: E402
 from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
 
 SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 32, True), (8192, 28672, 128, False), (4096, 4096, 128, False)]
-SWEEP = [{}, {"TICKET": True}, {"num_warps": 4}, {"XPREP": True}, {"PACK4": False}, {"LOOKAHEAD": True}, {"LOOKAHEAD": True, "FENCE": 2},
-         {"programs_per_cu": 3}, {"programs_per_cu": 2}, {"num_warps": 16, "programs_per_cu": 2}]
+SWEEP = [{}, {"TICKET": True}, {"maxnreg": 64}, {"maxnreg": 72}, {"maxnreg": 80}, {"PAIR": True},
+         {"PAIR": True, "maxnreg": 80}, {"PAIR": True, "maxnreg": 96}, {"num_warps": 4}, {"LOOKAHEAD": True},
+         {"programs_per_cu": 3}]
 
 
 def _save(result: dict[str, Any], path: Optional[str]) -> None:

@@ -379,6 +379,47 @@ def _bias_pairs(z_lo, z_hi):
 
 
 @triton.jit
+def _packed_tile(acc2, cur, x_ptr, xp_ptr, s_ptr, z_ptr, k0, kt, offs_r, offs_n, N, K, GROUP_SIZE: tl.constexpr,
+                 CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, XPREP: tl.constexpr,
+                 PACK4: tl.constexpr):
+    """One K tile of the one-row packed loop: ``acc2 += `` its words `cur` times the activations of rows
+    ``k0 .. k0 + 127`` (pairs from x or the prepared ones), scaled per group."""
+    x0 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 0, XPREP)
+    x1 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 1, XPREP)
+    x2 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 2, XPREP)
+    x3 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 3, XPREP)
+    if CHUNKS == 1:
+        s, z = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+        zl, zh = _bias_pairs(z, z)
+        if PACK4:
+            acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl, zh, zl, zh, s, s, s, s, 1)
+        else:
+            acc2 += s * _dot8(cur, x0, x1, x2, x3, zl, zh, zl, zh, 1)
+    elif CHUNKS == 2:
+        sa, za = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+        sb, zb = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+        zl, zh = _bias_pairs(za, zb)
+        if PACK4:
+            acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl, zh, zl, zh, sa, sb, sa, sb, 2)
+        else:
+            oa, ob = _dot8(cur, x0, x1, x2, x3, zl, zh, zl, zh, 2)
+            acc2 += sa * oa + sb * ob
+    else:  # CHUNKS == 4: outputs in group order (planes 0-1, 2-3, 4-5, 6-7)
+        s0, z0 = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+        s1, z1 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 32, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+        s2, z2 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+        s3, z3 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 96, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+        zl0, zh0 = _bias_pairs(z0, z2)
+        zl1, zh1 = _bias_pairs(z1, z3)
+        if PACK4:
+            acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3, 4)
+        else:
+            o0, o1, o2, o3 = _dot8(cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, 4)
+            acc2 += s0 * o0 + s1 * o1 + s2 * o2 + s3 * o3
+    return acc2
+
+
+@triton.jit
 def _xpair(x_ptr, xp_ptr, k0, kt, offs_r, J: tl.constexpr, XPREP: tl.constexpr):
     """Activation pairs (x[k0 + J*16 + r], x[k0 + (J+4)*16 + r]) as int32 fp16x2, ``[1, 16]``: from the
     prepared pairs (`_w4a16_xpack_kernel`) or packed here from x (no act-order, K a tile multiple)."""
@@ -590,7 +631,7 @@ def _w4a16_stream_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
-    LOOKAHEAD: tl.constexpr = False, TICKET: tl.constexpr = False,
+    LOOKAHEAD: tl.constexpr = False, TICKET: tl.constexpr = False, PAIR: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -620,20 +661,30 @@ def _w4a16_stream_kernel(
         offs_p = tl.arange(0, 128)
         t = offs_p % 8
         rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + offs_p // 8
-    # tiles walked from the last down (see `_leave_block`)
+    # A unit is one K tile, or with PAIR (one row, packed loop, KT even) two: 16 KB of one run, twice the
+    # bytes a program has in flight. Units are walked from the last down (see `_leave_block`).
+    tl.static_assert(not PAIR or (BLOCK_M == 1 and PACKED and not PIPELINE), "PAIR: the one-row packed loop")
+    TPU: tl.constexpr = 2 if PAIR else 1
+    KTU = KT // TPU
     if not PIPELINE:
-        cur = tl.load(qw_ptr + (u1 - 1) * TILE_WORDS + tile_offs)
+        cur = tl.load(qw_ptr + (u1 - 1) * TPU * TILE_WORDS + tile_offs)
+        if PAIR:
+            cur2 = tl.load(qw_ptr + ((u1 - 1) * TPU + 1) * TILE_WORDS + tile_offs)
     for i in tl.range(0, u1 - u0, num_stages=STAGES):
         u = u1 - 1 - i
         if PIPELINE:  # Triton's pipeliner keeps STAGES - 1 tiles in flight (async copies on sm_80+)
             cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
         else:
-            # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
-            nxt = tl.load(qw_ptr + tl.maximum(u - 1, u0) * TILE_WORDS + tile_offs)
+            # prefetch the next unit (the last iteration reloads its own, an L2 hit) before computing this one
+            un = tl.maximum(u - 1, u0) * TPU
+            nxt = tl.load(qw_ptr + un * TILE_WORDS + tile_offs)
+            if PAIR:
+                nxt2 = tl.load(qw_ptr + (un + 1) * TILE_WORDS + tile_offs)
             if FENCE:  # keeps the compiler (ptxas) from sinking the prefetch below the compute of `cur`
                 tl.debug_barrier()
-        nb = u // KT
-        kt = u - nb * KT
+        nb = u // KTU
+        ku = u - nb * KTU
+        kt = ku * TPU
         k0 = kt * 128
         offs_n = nb * BLOCK_N + offs_loc
         w_l16 = cur << 16
@@ -642,38 +693,11 @@ def _w4a16_stream_kernel(
         w_r16 = cur >> 16
         if BLOCK_M == 1 and PACKED:  # fp16 x, NVIDIA: two nibbles per op (see `_dot32_asm`)
             tl.static_assert(XPREP or (not HAS_PERM and EVEN_K), "act-order and ragged K read prepared x pairs")
-            x0 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 0, XPREP)
-            x1 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 1, XPREP)
-            x2 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 2, XPREP)
-            x3 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 3, XPREP)
-            if CHUNKS == 1:
-                s, z = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-                zl, zh = _bias_pairs(z, z)
-                if PACK4:
-                    acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl, zh, zl, zh, s, s, s, s, 1)
-                else:
-                    acc2 += s * _dot8(cur, x0, x1, x2, x3, zl, zh, zl, zh, 1)
-            elif CHUNKS == 2:
-                sa, za = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-                sb, zb = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-                zl, zh = _bias_pairs(za, zb)
-                if PACK4:
-                    acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl, zh, zl, zh, sa, sb, sa, sb, 2)
-                else:
-                    oa, ob = _dot8(cur, x0, x1, x2, x3, zl, zh, zl, zh, 2)
-                    acc2 += sa * oa + sb * ob
-            else:  # CHUNKS == 4: outputs in group order (planes 0-1, 2-3, 4-5, 6-7)
-                s0, z0 = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-                s1, z1 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 32, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-                s2, z2 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-                s3, z3 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 96, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-                zl0, zh0 = _bias_pairs(z0, z2)
-                zl1, zh1 = _bias_pairs(z1, z3)
-                if PACK4:
-                    acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3, 4)
-                else:
-                    o0, o1, o2, o3 = _dot8(cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, 4)
-                    acc2 += s0 * o0 + s1 * o1 + s2 * o2 + s3 * o3
+            acc2 = _packed_tile(acc2, cur, x_ptr, xp_ptr, s_ptr, z_ptr, k0, kt, offs_r, offs_n, N, K, GROUP_SIZE,
+                                CHUNKS, HAS_ZEROS, EVEN_K, XPREP, PACK4)
+            if PAIR:  # the unit's second K tile, the next 8 KB of the same run
+                acc2 = _packed_tile(acc2, cur2, x_ptr, xp_ptr, s_ptr, z_ptr, k0 + 128, kt + 1, offs_r, offs_n, N, K,
+                                    GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K, XPREP, PACK4)
         elif BLOCK_M == 1:
             for c in tl.static_range(CHUNKS):
                 part = tl.zeros([BLOCK_N, R], dtype=tl.float32)
@@ -731,7 +755,9 @@ def _w4a16_stream_kernel(
                 acc = tl.dot(w7, _x_tile(x_ptr, perm_ptr, k0 + 112 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
         if not PIPELINE:
             cur = nxt
-        if (kt == 0) | (u == u0):
+            if PAIR:
+                cur2 = nxt2
+        if (ku == 0) | (u == u0):
             if BLOCK_M == 1:
                 # 1-D output vectors: a [BLOCK_N, 1] store would pull its layout back into the
                 # loop's accumulator (a shared-memory conversion every tile in the packed loop)
@@ -744,7 +770,7 @@ def _w4a16_stream_kernel(
                 out_mask = (offs_n < N)[:, None] & m_mask[None, :]
                 out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
                 ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
-            _leave_block(res, out_ptrs, ws_ptrs, out_mask, bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KT,
+            _leave_block(res, out_ptrs, ws_ptrs, out_mask, bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KTU,
                          cnt_ptr + pid_m * NB + nb, BLOCK_M, HAS_BIAS, TICKET)
             if BLOCK_M == 1:
                 acc2 = tl.zeros([BLOCK_N, R], dtype=tl.float32)
@@ -933,13 +959,15 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         raise ValueError("BLOCK_M = 1 serves one row only")
     block_m = cfg["BLOCK_M"]
     kt, nb = w.k_tiles, w.n_blocks
-    n_units = kt * nb
     m_blocks = triton.cdiv(m, block_m)
     if m_blocks * block_m > WS_ROWS:
         raise ValueError(f"the stream kernel takes at most {WS_ROWS} rows")
     gs = _group_arg(w)
     packed = packed_route(cfg, arch, x2.dtype, _chunks(gs))
     lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
+    # two K tiles per unit (`PAIR`): the packed loop without LOOKAHEAD, on an even tile count
+    pair = packed and not lookahead and bool(cfg.get("PAIR", False)) and kt % 2 == 0
+    n_units = kt * nb // (2 if pair else 1)
     xprep = packed and (lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
     xp = w.qweight
     if xprep:
@@ -950,7 +978,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
            bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead,
-           bool(cfg.get("TICKET", False)))
+           bool(cfg.get("TICKET", False)), pair)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
     ck = _w4a16_stream_kernel[(grid, m_blocks)](
@@ -961,7 +989,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
-        LOOKAHEAD=lookahead, TICKET=bool(cfg.get("TICKET", False)), **launch_options(cfg, arch),
+        LOOKAHEAD=lookahead, TICKET=bool(cfg.get("TICKET", False)), PAIR=pair, **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)
