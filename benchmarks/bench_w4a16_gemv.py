@@ -39,7 +39,8 @@ from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
 from optimum_amdx.kernels._w4a16_triton import stream_config  # noqa: E402
 from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
 
-SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 32, True), (8192, 28672, 128, False), (4096, 4096, 128, False)]
+SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 32, True), (8192, 28672, 128, False), (4096, 4096, 128, False),
+                (4096, 28672, 128, False), (14336, 4096, 128, False), (4096, 6144, 128, False)]
 SWEEP = [{}, {"TICKET": True}, {"maxnreg": 64}, {"maxnreg": 72}, {"maxnreg": 80}, {"PAIR": True},
          {"PAIR": True, "maxnreg": 80}, {"PAIR": True, "maxnreg": 96}, {"num_warps": 4}, {"LOOKAHEAD": True},
          {"programs_per_cu": 3}]
