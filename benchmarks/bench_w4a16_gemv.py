@@ -10,8 +10,7 @@ copies that L2 cannot hold them (the same helpers as bench_w4a16.py).
 With --fixed-cost it instead takes the one-row call's fixed cost apart (RESULTS.md section round8: about
 3.6 us of every g128 call besides streaming): the graph-replay cost of an empty kernel with the stream
 kernel's grid, then K swept from 128 to 8192 rows on a 14336-wide g128 weight, once with the shipped grid
-(programs split column blocks: the ordered flush, `_leave_block`; and again with the ticket flush it
-replaced, `TICKET`) and once with one
+(programs split column blocks: the float32-atomic flush, the fence and the ticket) and once with one
 program per column block (`programs` = N / 128: whole blocks, direct stores, no flush); a line fitted to
 each gives its intercept, and the difference of the two intercepts is what the split-K flush costs.
 Usage: python benchmarks/bench_w4a16_gemv.py --out gemv.json [--quick | --fixed-cost]
@@ -39,11 +38,10 @@ from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
 from optimum_amdx.kernels._w4a16_triton import stream_config  # noqa: E402
 from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
 
-SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 32, True), (8192, 28672, 128, False), (4096, 4096, 128, False),
+SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 128, True), (4096, 14336, 32, True), (8192, 28672, 128, False), (4096, 4096, 128, False),
                 (4096, 28672, 128, False), (14336, 4096, 128, False), (4096, 6144, 128, False)]
-SWEEP = [{}, {"TICKET": True}, {"maxnreg": 64}, {"maxnreg": 72}, {"maxnreg": 80}, {"PAIR": True},
-         {"PAIR": True, "maxnreg": 80}, {"PAIR": True, "maxnreg": 96}, {"num_warps": 4}, {"LOOKAHEAD": True},
-         {"programs_per_cu": 3}]
+SWEEP = [{}, {"PAIR": False}, {"pair_maxnreg": 80}, {"pair_maxnreg": 112}, {"PAIR": False, "maxnreg": 72},
+         {"num_warps": 4}, {"LOOKAHEAD": True, "PAIR": False}, {"programs_per_cu": 3}]
 
 
 def _save(result: dict[str, Any], path: Optional[str]) -> None:
@@ -83,24 +81,18 @@ def fixed_cost(copy_bw: float, base: dict[str, Any]) -> dict[str, Any]:
         w, _ = random_gptq(k, FIXED_COST_N, 128, False, seed=k)
         tiles = (k // 128) * nb
         split_us = ours_ms(w, 1, dict(base)) * 1e3
-        ticket_us = ours_ms(w, 1, dict(base, TICKET=True)) * 1e3
         whole_us = ours_ms(w, 1, dict(base, programs=nb)) * 1e3
-        row = {"K": k, "tiles": tiles, "split_us": split_us, "split_ticket_us": ticket_us,
-               "tiles_per_program_split": tiles / min(grid, tiles),
+        row = {"K": k, "tiles": tiles, "split_us": split_us, "tiles_per_program_split": tiles / min(grid, tiles),
                "whole_blocks_us": whole_us, "tiles_per_program_whole": k // 128,
                "pct_copy_split": _pct(w, split_us * 1e-3, copy_bw)}
         out["rows"].append(row)
-        print(f"  K={k:5d}: split grid {split_us:6.2f} us (ticket flush {ticket_us:6.2f} us; "
-              f"{row['tiles_per_program_split']:.2f} tiles/program), "
+        print(f"  K={k:5d}: split grid {split_us:6.2f} us ({row['tiles_per_program_split']:.2f} tiles/program), "
               f"one program per column block {whole_us:6.2f} us ({k // 128} tiles/program)", flush=True)
         del w
     split = least_squares([(r["tiles_per_program_split"], r["split_us"]) for r in out["rows"] if r["tiles"] >= grid])
     whole = least_squares([(r["tiles_per_program_whole"], r["whole_blocks_us"]) for r in out["rows"]])
-    ticket = least_squares([(r["tiles_per_program_split"], r["split_ticket_us"]) for r in out["rows"]
-                            if r["tiles"] >= grid])
-    print(f"fixed cost: ticket flush (before) {ticket[0]:.2f} us + {ticket[1]:.3f} us/tile", flush=True)
     out["fit"] = {"split_fixed_us": split[0], "split_per_tile_us": split[1], "whole_fixed_us": whole[0],
-                  "ticket_fixed_us": ticket[0], "ticket_per_tile_us": ticket[1],
+
                   "whole_per_tile_us": whole[1], "flush_us": split[0] - whole[0],
                   "rest_us": whole[0] - empty_us}
     print(f"fixed cost: split grid {split[0]:.2f} us + {split[1]:.3f} us/tile; whole blocks {whole[0]:.2f} us + "

@@ -186,12 +186,10 @@ def _w4a16_rows_kernel(
     acc1 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
     acc3 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-    # tiles walked from the last down (the stream kernel's order, which its ordered flush needs)
-    cur = tl.load(qw_ptr + (u1 - 1) * TILE_WORDS + tile_offs)
-    for i in range(0, u1 - u0):
-        u = u1 - 1 - i
+    cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
+    for u in range(u0, u1):
         # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
-        nxt = tl.load(qw_ptr + tl.maximum(u - 1, u0) * TILE_WORDS + tile_offs)
+        nxt = tl.load(qw_ptr + tl.minimum(u + 1, u1 - 1) * TILE_WORDS + tile_offs)
         nb = u // KT
         kt = u - nb * KT
         k0 = kt * 128
@@ -229,19 +227,19 @@ def _w4a16_rows_kernel(
             acc3 = _row_step(acc3, 3, p0, p1, p2, p3, x_ptr, xp_ptr, stride_xm, KT, k0, kt, offs_r, s0, s1, s2, s3,
                              CHUNKS, XPREP)
         cur = nxt
-        if (kt == 0) | (u == u0):
-            # each row flushes on its own counter (row r's counters sit at cnt_ptr + r * NB)
+        if (kt == KT - 1) | (u == u1 - 1):
+            # each row flushes on its own ticket (row r's counters sit at cnt_ptr + r * NB)
             _flush_row(acc0, nb, u0, u1, n_prog, n_units, KT, NB, N, 0, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-                       bias_ptr, stride_om, BLOCK_N, HAS_BIAS, False)
+                       bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
             if ROWS > 1:
                 _flush_row(acc1, nb, u0, u1, n_prog, n_units, KT, NB, N, 1, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-                           bias_ptr, stride_om, BLOCK_N, HAS_BIAS, False)
+                           bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
             if ROWS > 2:
                 _flush_row(acc2, nb, u0, u1, n_prog, n_units, KT, NB, N, 2, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-                           bias_ptr, stride_om, BLOCK_N, HAS_BIAS, False)
+                           bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
             if ROWS > 3:
                 _flush_row(acc3, nb, u0, u1, n_prog, n_units, KT, NB, N, 3, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-                           bias_ptr, stride_om, BLOCK_N, HAS_BIAS, False)
+                           bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
             acc0 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
             acc1 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
             acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)

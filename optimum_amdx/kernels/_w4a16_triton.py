@@ -10,12 +10,11 @@ other along K; nibble ``j`` of word ``r`` is input row ``kt * 128 + j * 16 + r``
 - ``_w4a16_stream_kernel`` (1 to `STREAM_MAX_M` rows): a persistent, "stream-K" grid. The
   ``NB * KT`` tiles, ordered column block by column block, are cut into one contiguous,
   equal share per program, and the grid is sized to what the GPU holds at once, so there is no
-  partial last wave and each program streams one contiguous run of memory, from its last tile
-  down. The next tile is loaded before the current one is computed (bytes in flight while the ALUs
-  work). A program flushes its partial sums when it leaves a column block (`_leave_block`): a
-  program that saw the whole block stores the output directly; otherwise the other sharers add
-  float32 partial sums into a persistent workspace and raise a counter per column block and M
-  block, and the sharer holding the block's last tile waits for them, writes the output, adds the
+  partial last wave and each program streams one contiguous run of memory. The next tile is
+  loaded before the current one is computed (bytes in flight while the ALUs work). A program
+  flushes its partial sums when it leaves a column block (`_leave_block`): a program that saw the
+  whole block stores the output directly; otherwise float32 atomics go into a persistent workspace
+  and the last contributor (a ticket per column block and M block) writes the output, adds the
   bias and clears the workspace: one launch, graph-safe.
   One row (``BLOCK_M == 1``) is FMA work. On NVIDIA with fp16 activations it is the packed loop
   (`_dot32`: inline PTX, two nibbles per 32-bit op, exact ``q - z`` in fp16x2, fp16 products summed
@@ -508,71 +507,49 @@ def _tile_consts(s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N: 
 
 @triton.jit
 def _leave_block(res, out_ptrs, ws_ptrs, out_mask, bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KT, cnt,
-                 BLOCK_M: tl.constexpr, HAS_BIAS: tl.constexpr, TICKET: tl.constexpr):
-    """The partial sums `res` of column block nb leave this program (both stream paths; see the
-    stream kernel's docstring). A program that saw the whole block stores the output. Otherwise the
-    programs of the block ``p_first..p_last`` share it, and programs walk their tiles from the last
-    down, so each posts early the block it ends in and meets last the block it starts in:
-    - ordered (default): every sharer but the one holding the block's last tile (``p_last``) adds its
-      sums into the float32 workspace and raises the block's counter (release: no reply awaited);
-      ``p_last`` meets the block last, waits until the counter shows every other sharer (acquire; they
-      have lower program ids, so they were started first and posted at their start), takes the
-      workspace (clearing it), adds its own sums and stores. One memory round trip after the wait,
-      and the sharers never stall on a reply.
-    - TICKET: every sharer adds into the workspace and takes a ticket (acq_rel); the last to arrive
-      stores and clears (three round trips on the critical path; kept for comparison)."""
+                 BLOCK_M: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The partial sums `res` of column block nb (`KT` units) leave this program (every stream path).
+    A program that saw the whole block stores the output. Otherwise the programs ``p_first..p_last``
+    share it: each adds its sums into the float32 workspace and takes a ticket (acq_rel); the last
+    to arrive reads and clears the workspace (relaxed: the ticket's acquire orders it), adds the
+    bias, stores and resets the ticket (relaxed: the launch's end orders it before the next one).
+    (An ordered flush, the holder of the block's last tile waiting on an acquire load while the
+    other sharers post without awaiting a reply, measured no faster on an H200: RESULTS.md round9.)"""
     first = nb * KT
-    owns_last = first + KT <= u1
-    if (u0 <= first) & owns_last:
+    if (u0 <= first) & (first + KT <= u1):
         if HAS_BIAS:
             res += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
         tl.store(out_ptrs, res.to(out_ptrs.dtype.element_ty), mask=out_mask)
     else:
+        tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
+        tl.debug_barrier()  # every thread's partial sums are issued before the ticket is taken
         p_first = ((first + 1) * n_prog - 1) // n_units
         p_last = ((first + KT) * n_prog - 1) // n_units
-        ws_int = ws_ptrs.to(tl.pointer_type(tl.int32))
-        zeros = tl.zeros(res.shape, dtype=tl.int32)
-        if TICKET:
-            tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
-            tl.debug_barrier()  # every thread's partial sums are issued before the ticket is taken
-            ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
-            if ticket == p_last - p_first:
-                total = tl.atomic_xchg(ws_int, zeros, mask=out_mask, sem="relaxed").to(tl.float32, bitcast=True)
-                if HAS_BIAS:
-                    total += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
-                tl.store(out_ptrs, total.to(out_ptrs.dtype.element_ty), mask=out_mask)
-                tl.atomic_xchg(cnt, 0, sem="relaxed")  # the launch's end orders it before the next one
-        elif owns_last:
-            seen = tl.atomic_add(cnt, 0, sem="acquire")
-            while seen < p_last - p_first:
-                seen = tl.atomic_add(cnt, 0, sem="acquire")
-            total = res + tl.atomic_xchg(ws_int, zeros, mask=out_mask, sem="relaxed").to(tl.float32, bitcast=True)
+        ticket = tl.atomic_add(cnt, 1, sem="acq_rel")
+        if ticket == p_last - p_first:
+            total = tl.atomic_xchg(ws_ptrs.to(tl.pointer_type(tl.int32)), tl.zeros(res.shape, dtype=tl.int32),
+                                   mask=out_mask, sem="relaxed").to(tl.float32, bitcast=True)
             if HAS_BIAS:
                 total += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
             tl.store(out_ptrs, total.to(out_ptrs.dtype.element_ty), mask=out_mask)
             tl.atomic_xchg(cnt, 0, sem="relaxed")
-        else:
-            tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
-            tl.debug_barrier()  # every thread's partial sums are issued before the counter is raised
-            tl.atomic_add(cnt, 1, sem="release")
 
 
 @triton.jit
 def _flush_row(acc2, nb, u0, u1, n_prog, n_units, KT, NB, N, pid_m, offs_loc, out_ptr, ws_ptr, cnt_ptr, bias_ptr,
-               stride_om, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, TICKET: tl.constexpr):
-    """One row (row `pid_m` of the output, its counters at ``cnt_ptr + pid_m * NB``): the partial sums
-    of column block nb leave the program through `_leave_block` (its callers walk tiles from the last
-    down)."""
+               stride_om, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """One row (row `pid_m` of the output, its tickets at ``cnt_ptr + pid_m * NB``): the partial sums
+    of column block nb leave the program through `_leave_block`."""
     offs_n = nb * BLOCK_N + offs_loc
     _leave_block(tl.sum(acc2, axis=1), out_ptr + pid_m * stride_om + offs_n, ws_ptr + pid_m * N + offs_n, offs_n < N,
-                 bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KT, cnt_ptr + pid_m * NB + nb, 1, HAS_BIAS, TICKET)
+                 bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KT, cnt_ptr + pid_m * NB + nb, 1, HAS_BIAS)
 
 
 @triton.jit
 def _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, u0, u1, pid_m, n_prog,
                        n_units, N, K, KT, NB, stride_om, GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr,
                        BLOCK_N: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-                       FENCE: tl.constexpr, TICKET: tl.constexpr):
+                       FENCE: tl.constexpr):
     """The one-row packed loop with everything of the next tile in flight during this one's math:
     its weight words, activation pairs, scales and zeros are loaded before the current tile is
     computed. FENCE=2 puts a branch that is never taken between the loads and the math: ptxas
@@ -581,16 +558,14 @@ def _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, 
     offs_loc = tl.arange(0, BLOCK_N)
     offs_r = tl.arange(0, 16)
     tile_offs = offs_loc[:, None] * 16 + offs_r[None, :]
-    u = u1 - 1  # tiles walked from the last down (see `_leave_block`)
-    nb = u // KT
-    kt = u - nb * KT
-    cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
+    nb = u0 // KT
+    kt = u0 - nb * KT
+    cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
     x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _tile_consts(
         s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
     acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-    for i in range(0, u1 - u0):
-        u = u1 - 1 - i
-        un = tl.maximum(u - 1, u0)  # the last iteration reloads its own tile (L2 hits)
+    for u in range(u0, u1):
+        un = tl.minimum(u + 1, u1 - 1)  # the last iteration reloads its own tile (L2 hits)
         nbn = un // KT
         ktn = un - nbn * KT
         nxt = tl.load(qw_ptr + un * TILE_WORDS + tile_offs)
@@ -603,9 +578,9 @@ def _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, 
                 tl.store(cnt_ptr + un, 0)
         acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl0[:, None], zh0[:, None], zl1[:, None], zh1[:, None], s0[:, None],
                       s1[:, None], s2[:, None], s3[:, None], CHUNKS)
-        if (kt == 0) | (u == u0):
+        if (kt == KT - 1) | (u == u1 - 1):
             _flush_row(acc2, nb, u0, u1, n_prog, n_units, KT, NB, N, pid_m, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-                       bias_ptr, stride_om, BLOCK_N, HAS_BIAS, TICKET)
+                       bias_ptr, stride_om, BLOCK_N, HAS_BIAS)
             acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
         cur = nxt
         nb, kt = nbn, ktn
@@ -631,7 +606,7 @@ def _w4a16_stream_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
-    LOOKAHEAD: tl.constexpr = False, TICKET: tl.constexpr = False, PAIR: tl.constexpr = False,
+    LOOKAHEAD: tl.constexpr = False, PAIR: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -645,8 +620,7 @@ def _w4a16_stream_kernel(
     u1 = (pid + 1) * n_units // n_prog
     if BLOCK_M == 1 and PACKED and LOOKAHEAD:
         _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, u0, u1, pid_m, n_prog,
-                           n_units, N, K, KT, NB, stride_om, GROUP_SIZE, CHUNKS, BLOCK_N, HAS_ZEROS, HAS_BIAS, EVEN_K, FENCE,
-                           TICKET)
+                           n_units, N, K, KT, NB, stride_om, GROUP_SIZE, CHUNKS, BLOCK_N, HAS_ZEROS, HAS_BIAS, EVEN_K, FENCE)
         return
     offs_loc = tl.arange(0, BLOCK_N)
     offs_r = tl.arange(0, R)
@@ -662,21 +636,20 @@ def _w4a16_stream_kernel(
         t = offs_p % 8
         rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + offs_p // 8
     # A unit is one K tile, or with PAIR (one row, packed loop, KT even) two: 16 KB of one run, twice the
-    # bytes a program has in flight. Units are walked from the last down (see `_leave_block`).
+    # bytes a program has in flight.
     tl.static_assert(not PAIR or (BLOCK_M == 1 and PACKED and not PIPELINE), "PAIR: the one-row packed loop")
     TPU: tl.constexpr = 2 if PAIR else 1
     KTU = KT // TPU
     if not PIPELINE:
-        cur = tl.load(qw_ptr + (u1 - 1) * TPU * TILE_WORDS + tile_offs)
+        cur = tl.load(qw_ptr + u0 * TPU * TILE_WORDS + tile_offs)
         if PAIR:
-            cur2 = tl.load(qw_ptr + ((u1 - 1) * TPU + 1) * TILE_WORDS + tile_offs)
-    for i in tl.range(0, u1 - u0, num_stages=STAGES):
-        u = u1 - 1 - i
+            cur2 = tl.load(qw_ptr + (u0 * TPU + 1) * TILE_WORDS + tile_offs)
+    for u in tl.range(u0, u1, num_stages=STAGES):
         if PIPELINE:  # Triton's pipeliner keeps STAGES - 1 tiles in flight (async copies on sm_80+)
             cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
         else:
             # prefetch the next unit (the last iteration reloads its own, an L2 hit) before computing this one
-            un = tl.maximum(u - 1, u0) * TPU
+            un = tl.minimum(u + 1, u1 - 1) * TPU
             nxt = tl.load(qw_ptr + un * TILE_WORDS + tile_offs)
             if PAIR:
                 nxt2 = tl.load(qw_ptr + (un + 1) * TILE_WORDS + tile_offs)
@@ -757,7 +730,7 @@ def _w4a16_stream_kernel(
             cur = nxt
             if PAIR:
                 cur2 = nxt2
-        if (ku == 0) | (u == u0):
+        if (ku == KTU - 1) | (u == u1 - 1):
             if BLOCK_M == 1:
                 # 1-D output vectors: a [BLOCK_N, 1] store would pull its layout back into the
                 # loop's accumulator (a shared-memory conversion every tile in the packed loop)
@@ -771,7 +744,7 @@ def _w4a16_stream_kernel(
                 out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
                 ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
             _leave_block(res, out_ptrs, ws_ptrs, out_mask, bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KTU,
-                         cnt_ptr + pid_m * NB + nb, BLOCK_M, HAS_BIAS, TICKET)
+                         cnt_ptr + pid_m * NB + nb, BLOCK_M, HAS_BIAS)
             if BLOCK_M == 1:
                 acc2 = tl.zeros([BLOCK_N, R], dtype=tl.float32)
             else:
@@ -820,7 +793,9 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # every dot tile; 32-row tiles beat 64 at 33..64 rows; one joined dot per tile beats one dot per
     # nibble plane by 1.3-2.5x. waves_per_eu stays 0 on AMD (Triton passes it to LLVM as "N, N",
     # which caps occupancy at N).
-    "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8},
+    # One row on Hopper: two K tiles per unit under a 96-register cap (`PAIR`, `pair_maxnreg`; H200 sweep,
+    # RESULTS.md round9: 4-11 % faster than one tile on six of seven decode shapes, 3 % slower on 4096x4096).
+    "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8, "PAIR": True, "pair_maxnreg": 96},
                16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8},
                64: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 8},
                255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8}},
@@ -965,8 +940,12 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     gs = _group_arg(w)
     packed = packed_route(cfg, arch, x2.dtype, _chunks(gs))
     lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
-    # two K tiles per unit (`PAIR`): the packed loop without LOOKAHEAD, on an even tile count
-    pair = packed and not lookahead and bool(cfg.get("PAIR", False)) and kt % 2 == 0
+    # two K tiles per unit (`PAIR`): the packed loop without LOOKAHEAD, one scale group per tile (more
+    # groups per tile spill under the register cap: 24-48 B of stack on sm_90), an even tile count;
+    # `pair_maxnreg` caps the registers then (the cap keeps ptxas from sinking the next unit's loads)
+    pair = packed and not lookahead and bool(cfg.get("PAIR", False)) and kt % 2 == 0 and _chunks(gs) == 1
+    if pair and cfg.get("pair_maxnreg"):
+        cfg["maxnreg"] = cfg["pair_maxnreg"]
     n_units = kt * nb // (2 if pair else 1)
     xprep = packed and (lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
     xp = w.qweight
@@ -978,7 +957,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
            bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead,
-           bool(cfg.get("TICKET", False)), pair)
+           pair)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
     ck = _w4a16_stream_kernel[(grid, m_blocks)](
@@ -989,7 +968,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
-        LOOKAHEAD=lookahead, TICKET=bool(cfg.get("TICKET", False)), PAIR=pair, **launch_options(cfg, arch),
+        LOOKAHEAD=lookahead, PAIR=pair, **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)
