@@ -40,8 +40,8 @@ from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
 
 SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 128, True), (4096, 14336, 32, True), (8192, 28672, 128, False), (4096, 4096, 128, False),
                 (4096, 28672, 128, False), (14336, 4096, 128, False), (4096, 6144, 128, False)]
-SWEEP = [{}, {"PAIR": False}, {"pair_maxnreg": 80}, {"pair_maxnreg": 112}, {"PAIR": False, "maxnreg": 72},
-         {"num_warps": 4}, {"LOOKAHEAD": True, "PAIR": False}, {"programs_per_cu": 3}]
+SWEEP = [{}, {"PAIR": True}, {"PAIR": True, "pair_maxnreg": 80}, {"PAIR": True, "pair_maxnreg": 96}, {"maxnreg": 72},
+         {"num_warps": 4}, {"LOOKAHEAD": True}, {"programs_per_cu": 3}]
 
 
 def _save(result: dict[str, Any], path: Optional[str]) -> None:

@@ -793,9 +793,9 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # every dot tile; 32-row tiles beat 64 at 33..64 rows; one joined dot per tile beats one dot per
     # nibble plane by 1.3-2.5x. waves_per_eu stays 0 on AMD (Triton passes it to LLVM as "N, N",
     # which caps occupancy at N).
-    # One row on Hopper: two K tiles per unit under a 96-register cap (`PAIR`, `pair_maxnreg`; H200 sweep,
-    # RESULTS.md round9: 4-11 % faster than one tile on six of seven decode shapes, 3 % slower on 4096x4096).
-    "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8, "PAIR": True, "pair_maxnreg": 96},
+    # PAIR (two K tiles per unit, opt-in with `pair_maxnreg`) lost to one tile in the decode step on an
+    # H200 (RESULTS.md round9), so the one-row Hopper config keeps one tile per unit.
+    "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8},
                16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8},
                64: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 8},
                255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8}},
