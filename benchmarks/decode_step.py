@@ -68,6 +68,7 @@ def kernel_family(name: str) -> str:
     """Group a device kernel name into the families the tables report."""
     n = name.lower()
     rules = (
+        ("gather_cols", "w4a16 x gather"), ("w4a16_xpack", "w4a16 x gather"), ("w4a16", "gemm (w4a16)"),
         ("_split_reduce", "attention split reduce"), ("unified_attention", "attention"),
         ("skinny_gemm", "gemm (triton skinny)"), ("splitkreduce", "gemm split-K reduce"),
         ("gemv", "gemm (blas)"), ("gemm", "gemm (blas)"), ("nvjet", "gemm (blas)"), ("cutlass", "gemm (blas)"),

@@ -358,11 +358,31 @@ def x_index(w: "W4A16Weight", natural: bool) -> torch.Tensor:
     return idx
 
 
+@triton.jit
+def _gather_cols_kernel(x_ptr, idx_ptr, out_ptr, K, n_cols, stride_xm, stride_om, BLOCK: tl.constexpr):
+    """``out[m, j] = x[m, idx[j]]``, 0 where ``idx[j] == K`` (a padded row of the layout)."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cmask = cols < n_cols
+    src = tl.load(idx_ptr + cols, mask=cmask, other=0)
+    v = tl.load(x_ptr + row * stride_xm + src, mask=cmask & (src < K), other=0.0)
+    tl.store(out_ptr + row * stride_om + cols, v, mask=cmask)
+
+
+GATHER_BLOCK = 1024
+"""Columns per program of `_gather_cols_kernel` (4 warps)."""
+
+
 def gather_x(x2: torch.Tensor, w: "W4A16Weight", natural: bool) -> torch.Tensor:
-    """x2 ``[M, K]`` gathered into the kernel's (tile, position) order (`x_index`): one index_select,
-    plus a zero column first only when K is ragged (padded rows read column K)."""
-    src = x2 if w.in_features % TILE == 0 else torch.nn.functional.pad(x2, (0, 1))
-    return src.index_select(1, x_index(w, natural))
+    """x2 ``[M, K]`` (unit stride along K) gathered into the kernel's (tile, position) order
+    (`x_index`; zeros for padded rows) in one launch: torch's pad + index_select took two to three
+    launches, about 6 us at 16-64 rows on 4096 columns (H200 profile, RESULTS.md round9)."""
+    idx = x_index(w, natural)
+    m, n_cols = x2.shape[0], idx.numel()
+    out = torch.empty(m, n_cols, dtype=x2.dtype, device=x2.device)
+    _gather_cols_kernel[(m, triton.cdiv(n_cols, GATHER_BLOCK))](
+        x2, idx, out, w.in_features, n_cols, x2.stride(0), out.stride(0), BLOCK=GATHER_BLOCK, num_warps=4)
+    return out
 
 
 def gemm_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str,
@@ -430,10 +450,22 @@ def _spec(rows: int, group: int, zeros: bool, perm: bool, split: bool, archs: tu
     )
 
 
+_GATHER_SPEC = CompileSpec(
+    name="w4a16_gather_x[fp16]",
+    kernel=_gather_cols_kernel,
+    signature={"x_ptr": "*fp16", "idx_ptr": "*i32", "out_ptr": "*fp16", "K": "i32", "n_cols": "i32",
+               "stride_xm": "i32", "stride_om": "i32", "BLOCK": "constexpr"},
+    constexprs={"BLOCK": GATHER_BLOCK},
+    options=lambda arch: {"num_warps": 4, "num_stages": 1},
+    hot=True,
+    uses_dot=False,
+    divisible_by_16=("K", "n_cols", "stride_xm", "stride_om"),
+)
+
 AMD_COMPILE_SPECS: list[CompileSpec] = [
     spec
     for archs in (_CDNA, _RDNA3)
     for rows in sorted(GEMM_CONFIGS["cdna" if archs == _CDNA else "rdna3"])
     for spec in (_spec(min(rows, 4096), 128, False, False, True, archs),
                  _spec(min(rows, 4096), 32, True, True, False, archs))
-]
+] + [_GATHER_SPEC]
