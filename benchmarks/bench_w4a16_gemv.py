@@ -4,11 +4,12 @@ One run on the current GPU measures copy bandwidth, then for the seven Llama sha
 32, with and without act-order: the shipped one-row config (packed fp16 loop on NVIDIA) and the
 same config with the float32 loop (`PACKED=False`, what AMD runs and what shipped before), as time
 and % of copy bandwidth (bytes = packed weights + scales + zeros + perm + x + out); then a sweep of
-the packed loop's knobs (prepared activation pairs, four words per asm instance, warps, register
-cap, programs per SM) on four shapes. Times are medians of CUDA-graph replays over enough weight
+the packed loop's knobs (two K tiles per unit with and without a register cap, a register cap alone,
+warps, the next tile's constants loaded ahead, programs per SM) on eight shapes (the Llama-3-8B decode
+shapes among them). Times are medians of CUDA-graph replays over enough weight
 copies that L2 cannot hold them (the same helpers as bench_w4a16.py).
-With --fixed-cost it instead takes the one-row call's fixed cost apart (RESULTS.md section round8: about
-3.6 us of every g128 call besides streaming): the graph-replay cost of an empty kernel with the stream
+With --fixed-cost it instead takes the one-row call's fixed cost apart (RESULTS.md sections round8 and
+round9: about 3.6 us of every g128 call besides streaming on an H100, 4.2 us on an H200): the graph-replay cost of an empty kernel with the stream
 kernel's grid, then K swept from 128 to 8192 rows on a 14336-wide g128 weight, once with the shipped grid
 (programs split column blocks: the float32-atomic flush, the fence and the ticket) and once with one
 program per column block (`programs` = N / 128: whole blocks, direct stores, no flush); a line fitted to
