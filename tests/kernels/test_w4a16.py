@@ -522,8 +522,9 @@ def test_engine_fuses_gptq_projections_of_a_quantized_checkpoint(tmp_path):
                 torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=2e-2 * want.abs().max().item())
 
 
-@pytest.mark.parametrize("k,act_order,natural", [(200, True, True), (256, True, False), (264, False, True)])
-def test_gather_x_is_x_in_the_layout_order(k, act_order, natural):
+@pytest.mark.parametrize("k,act_order,natural,dtype", [(200, True, True, torch.float16), (256, True, False, torch.bfloat16),
+                                                       (264, False, True, torch.float16)])
+def test_gather_x_is_x_in_the_layout_order(k, act_order, natural, dtype):
     """The one-launch gather of the GEMM routes equals pad + index_select through `x_index`: x's
     columns in each K tile's order (act-order permutation applied), zeros for the padded rows; the
     input may be a strided view."""
@@ -531,7 +532,7 @@ def test_gather_x_is_x_in_the_layout_order(k, act_order, natural):
 
     qweight, qzeros, scales, g_idx, _ = quantize(k, 32, 4, 32, False, act_order, "gptq", seed=k)
     w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=32)
-    wide = torch.randn(6, k + 8, generator=torch.Generator().manual_seed(k)).half().to(DEVICE)
+    wide = torch.randn(6, k + 8, generator=torch.Generator().manual_seed(k)).to(dtype).to(DEVICE)
     x = wide[:, 3:3 + k]  # row stride k + 8
     expected = torch.nn.functional.pad(x, (0, 1)).index_select(1, x_index(w, natural).long())
     got = gather_x(x, w, natural)
