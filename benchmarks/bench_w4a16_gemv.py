@@ -4,8 +4,8 @@ One run on the current GPU measures copy bandwidth, then for the seven Llama sha
 32, with and without act-order: the shipped one-row config (packed fp16 loop on NVIDIA) and the
 same config with the float32 loop (`PACKED=False`, what AMD runs and what shipped before), as time
 and % of copy bandwidth (bytes = packed weights + scales + zeros + perm + x + out); then a sweep of
-the packed loop's knobs (two K tiles per unit with and without a register cap, a register cap alone,
-warps, the next tile's constants loaded ahead, programs per SM) on eight shapes (the Llama-3-8B decode
+the packed loop's knobs (a register cap, which keeps ptxas from sinking the next tile's loads below
+the math; warps; the next tile's constants loaded ahead; programs per SM) on eight shapes (the Llama-3-8B decode
 shapes among them). Times are medians of CUDA-graph replays over enough weight
 copies that L2 cannot hold them (the same helpers as bench_w4a16.py).
 With --fixed-cost it instead takes the one-row call's fixed cost apart (RESULTS.md sections round8 and
@@ -41,8 +41,7 @@ from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
 
 SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 128, True), (4096, 14336, 32, True), (8192, 28672, 128, False), (4096, 4096, 128, False),
                 (4096, 28672, 128, False), (14336, 4096, 128, False), (4096, 6144, 128, False)]
-SWEEP = [{}, {"PAIR": True}, {"PAIR": True, "pair_maxnreg": 80}, {"PAIR": True, "pair_maxnreg": 96}, {"maxnreg": 72},
-         {"num_warps": 4}, {"LOOKAHEAD": True}, {"programs_per_cu": 3}]
+SWEEP = [{}, {"maxnreg": 72}, {"maxnreg": 96}, {"num_warps": 4}, {"LOOKAHEAD": True}, {"programs_per_cu": 3}]
 
 
 def _save(result: dict[str, Any], path: Optional[str]) -> None:

@@ -34,12 +34,10 @@ from ._w4a16_triton import (
     TILE_N,
     XPACK_BLOCK,
     _RESIDENT,
-    _bias_pairs,
     _chunks,
-    _col_sz,
     _flush_row,
     _group_arg,
-    _group_of,
+    _group_consts,
     _resident_programs,
     _w4a16_xpack_kernel,
     _workspace,
@@ -194,26 +192,10 @@ def _w4a16_rows_kernel(
         kt = u - nb * KT
         k0 = kt * 128
         offs_n = nb * BLOCK_N + offs_loc
-        # the tile's scales and bias pairs, loaded here as [BLOCK_N, 1] columns; the stream module's
+        # the tile's scales and bias pairs as [BLOCK_N, 1] columns (`_group_consts`); the stream module's
         # `_tile_consts` (1-D, expanded) measured 1.65x slower for act-order g32 at 2 rows (H100, w4rows)
-        if CHUNKS == 1:
-            s0, z0 = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-            zl0, zh0 = _bias_pairs(z0, z0)
-            zl1, zh1 = zl0, zh0
-            s1, s2, s3 = s0, s0, s0
-        elif CHUNKS == 2:
-            s0, za = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-            s1, zb = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-            zl0, zh0 = _bias_pairs(za, zb)
-            zl1, zh1 = zl0, zh0
-            s2, s3 = s0, s1
-        else:  # four groups: slots in group order (planes 0-1, 2-3, 4-5, 6-7)
-            s0, z0 = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-            s1, z1 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 32, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-            s2, z2 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-            s3, z3 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 96, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-            zl0, zh0 = _bias_pairs(z0, z2)
-            zl1, zh1 = _bias_pairs(z1, z3)
+        zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _group_consts(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS,
+                                                           HAS_ZEROS, EVEN_K)
         p0, p1, p2, p3 = _deq_pairs(cur, zl0, zh0, zl1, zh1)
         acc0 = _row_step(acc0, 0, p0, p1, p2, p3, x_ptr, xp_ptr, stride_xm, KT, k0, kt, offs_r, s0, s1, s2, s3,
                          CHUNKS, XPREP)

@@ -378,44 +378,30 @@ def _bias_pairs(z_lo, z_hi):
 
 
 @triton.jit
-def _packed_tile(acc2, cur, x_ptr, xp_ptr, s_ptr, z_ptr, k0, kt, offs_r, offs_n, N, K, GROUP_SIZE: tl.constexpr,
-                 CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, XPREP: tl.constexpr,
-                 PACK4: tl.constexpr):
-    """One K tile of the one-row packed loop: ``acc2 += `` its words `cur` times the activations of rows
-    ``k0 .. k0 + 127`` (pairs from x or the prepared ones), scaled per group."""
-    x0 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 0, XPREP)
-    x1 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 1, XPREP)
-    x2 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 2, XPREP)
-    x3 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 3, XPREP)
+def _group_consts(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr,
+                  HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr):
+    """What the packed fp16 math of the K tile at row `k0` needs besides its words and activations: the
+    negated bias pairs ``(zl0, zh0, zl1, zh1)`` and the float32 scales of its four group slots
+    ``(s0, s1, s2, s3)``, all ``[BLOCK_N, 1]`` (`_col_sz`). One group per tile fills every slot with
+    it; two put group a in slots 0 and 2, group b in 1 and 3; four are in group order (planes 0-1,
+    2-3, 4-5, 6-7). Shared by the one-row loop and the few-row kernel (`_w4a16_rows_ptx`)."""
     if CHUNKS == 1:
-        s, z = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-        zl, zh = _bias_pairs(z, z)
-        if PACK4:
-            acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl, zh, zl, zh, s, s, s, s, 1)
-        else:
-            acc2 += s * _dot8(cur, x0, x1, x2, x3, zl, zh, zl, zh, 1)
+        s0, z0 = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+        zl0, zh0 = _bias_pairs(z0, z0)
+        return zl0, zh0, zl0, zh0, s0, s0, s0, s0
     elif CHUNKS == 2:
-        sa, za = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-        sb, zb = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
-        zl, zh = _bias_pairs(za, zb)
-        if PACK4:
-            acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl, zh, zl, zh, sa, sb, sa, sb, 2)
-        else:
-            oa, ob = _dot8(cur, x0, x1, x2, x3, zl, zh, zl, zh, 2)
-            acc2 += sa * oa + sb * ob
-    else:  # CHUNKS == 4: outputs in group order (planes 0-1, 2-3, 4-5, 6-7)
+        s0, za = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+        s1, zb = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
+        zl0, zh0 = _bias_pairs(za, zb)
+        return zl0, zh0, zl0, zh0, s0, s1, s0, s1
+    else:
         s0, z0 = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
         s1, z1 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 32, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
         s2, z2 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
         s3, z3 = _col_sz(s_ptr, z_ptr, _group_of(k0 + 96, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
         zl0, zh0 = _bias_pairs(z0, z2)
         zl1, zh1 = _bias_pairs(z1, z3)
-        if PACK4:
-            acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3, 4)
-        else:
-            o0, o1, o2, o3 = _dot8(cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, 4)
-            acc2 += s0 * o0 + s1 * o1 + s2 * o2 + s3 * o3
-    return acc2
+        return zl0, zh0, zl1, zh1, s0, s1, s2, s3
 
 
 @triton.jit
@@ -606,7 +592,7 @@ def _w4a16_stream_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
-    LOOKAHEAD: tl.constexpr = False, PAIR: tl.constexpr = False,
+    LOOKAHEAD: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -635,29 +621,18 @@ def _w4a16_stream_kernel(
         offs_p = tl.arange(0, 128)
         t = offs_p % 8
         rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + offs_p // 8
-    # A unit is one K tile, or with PAIR (one row, packed loop, KT even) two: 16 KB of one run, twice the
-    # bytes a program has in flight.
-    tl.static_assert(not PAIR or (BLOCK_M == 1 and PACKED and not PIPELINE), "PAIR: the one-row packed loop")
-    TPU: tl.constexpr = 2 if PAIR else 1
-    KTU = KT // TPU
     if not PIPELINE:
-        cur = tl.load(qw_ptr + u0 * TPU * TILE_WORDS + tile_offs)
-        if PAIR:
-            cur2 = tl.load(qw_ptr + (u0 * TPU + 1) * TILE_WORDS + tile_offs)
+        cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
     for u in tl.range(u0, u1, num_stages=STAGES):
         if PIPELINE:  # Triton's pipeliner keeps STAGES - 1 tiles in flight (async copies on sm_80+)
             cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
         else:
-            # prefetch the next unit (the last iteration reloads its own, an L2 hit) before computing this one
-            un = tl.minimum(u + 1, u1 - 1) * TPU
-            nxt = tl.load(qw_ptr + un * TILE_WORDS + tile_offs)
-            if PAIR:
-                nxt2 = tl.load(qw_ptr + (un + 1) * TILE_WORDS + tile_offs)
+            # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
+            nxt = tl.load(qw_ptr + tl.minimum(u + 1, u1 - 1) * TILE_WORDS + tile_offs)
             if FENCE:  # keeps the compiler (ptxas) from sinking the prefetch below the compute of `cur`
                 tl.debug_barrier()
-        nb = u // KTU
-        ku = u - nb * KTU
-        kt = ku * TPU
+        nb = u // KT
+        kt = u - nb * KT
         k0 = kt * 128
         offs_n = nb * BLOCK_N + offs_loc
         w_l16 = cur << 16
@@ -666,11 +641,22 @@ def _w4a16_stream_kernel(
         w_r16 = cur >> 16
         if BLOCK_M == 1 and PACKED:  # fp16 x, NVIDIA: two nibbles per op (see `_dot32_asm`)
             tl.static_assert(XPREP or (not HAS_PERM and EVEN_K), "act-order and ragged K read prepared x pairs")
-            acc2 = _packed_tile(acc2, cur, x_ptr, xp_ptr, s_ptr, z_ptr, k0, kt, offs_r, offs_n, N, K, GROUP_SIZE,
-                                CHUNKS, HAS_ZEROS, EVEN_K, XPREP, PACK4)
-            if PAIR:  # the unit's second K tile, the next 8 KB of the same run
-                acc2 = _packed_tile(acc2, cur2, x_ptr, xp_ptr, s_ptr, z_ptr, k0 + 128, kt + 1, offs_r, offs_n, N, K,
-                                    GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K, XPREP, PACK4)
+            x0 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 0, XPREP)
+            x1 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 1, XPREP)
+            x2 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 2, XPREP)
+            x3 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 3, XPREP)
+            zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _group_consts(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS,
+                                                               HAS_ZEROS, EVEN_K)
+            if PACK4:
+                acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3, CHUNKS)
+            elif CHUNKS == 1:
+                acc2 += s0 * _dot8(cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, 1)
+            elif CHUNKS == 2:
+                oa, ob = _dot8(cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, 2)
+                acc2 += s0 * oa + s1 * ob
+            else:
+                o0, o1, o2, o3 = _dot8(cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, 4)
+                acc2 += s0 * o0 + s1 * o1 + s2 * o2 + s3 * o3
         elif BLOCK_M == 1:
             for c in tl.static_range(CHUNKS):
                 part = tl.zeros([BLOCK_N, R], dtype=tl.float32)
@@ -728,9 +714,7 @@ def _w4a16_stream_kernel(
                 acc = tl.dot(w7, _x_tile(x_ptr, perm_ptr, k0 + 112 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
         if not PIPELINE:
             cur = nxt
-            if PAIR:
-                cur2 = nxt2
-        if (ku == KTU - 1) | (u == u1 - 1):
+        if (kt == KT - 1) | (u == u1 - 1):
             if BLOCK_M == 1:
                 # 1-D output vectors: a [BLOCK_N, 1] store would pull its layout back into the
                 # loop's accumulator (a shared-memory conversion every tile in the packed loop)
@@ -743,7 +727,7 @@ def _w4a16_stream_kernel(
                 out_mask = (offs_n < N)[:, None] & m_mask[None, :]
                 out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
                 ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
-            _leave_block(res, out_ptrs, ws_ptrs, out_mask, bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KTU,
+            _leave_block(res, out_ptrs, ws_ptrs, out_mask, bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KT,
                          cnt_ptr + pid_m * NB + nb, BLOCK_M, HAS_BIAS)
             if BLOCK_M == 1:
                 acc2 = tl.zeros([BLOCK_N, R], dtype=tl.float32)
@@ -793,8 +777,6 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # every dot tile; 32-row tiles beat 64 at 33..64 rows; one joined dot per tile beats one dot per
     # nibble plane by 1.3-2.5x. waves_per_eu stays 0 on AMD (Triton passes it to LLVM as "N, N",
     # which caps occupancy at N).
-    # PAIR (two K tiles per unit, opt-in with `pair_maxnreg`) lost to one tile in the decode step on an
-    # H200 (RESULTS.md round9), so the one-row Hopper config keeps one tile per unit.
     "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8},
                16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8},
                64: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 8},
@@ -934,19 +916,13 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         raise ValueError("BLOCK_M = 1 serves one row only")
     block_m = cfg["BLOCK_M"]
     kt, nb = w.k_tiles, w.n_blocks
+    n_units = kt * nb
     m_blocks = triton.cdiv(m, block_m)
     if m_blocks * block_m > WS_ROWS:
         raise ValueError(f"the stream kernel takes at most {WS_ROWS} rows")
     gs = _group_arg(w)
     packed = packed_route(cfg, arch, x2.dtype, _chunks(gs))
     lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
-    # two K tiles per unit (`PAIR`): the packed loop without LOOKAHEAD, one scale group per tile (more
-    # groups per tile spill under the register cap: 24-48 B of stack on sm_90), an even tile count;
-    # `pair_maxnreg` caps the registers then (the cap keeps ptxas from sinking the next unit's loads)
-    pair = packed and not lookahead and bool(cfg.get("PAIR", False)) and kt % 2 == 0 and _chunks(gs) == 1
-    if pair and cfg.get("pair_maxnreg"):
-        cfg["maxnreg"] = cfg["pair_maxnreg"]
-    n_units = kt * nb // (2 if pair else 1)
     xprep = packed and (lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
     xp = w.qweight
     if xprep:
@@ -956,8 +932,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
             BLOCK=XPACK_BLOCK, num_warps=4)
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
-           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead,
-           pair)
+           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
     ck = _w4a16_stream_kernel[(grid, m_blocks)](
@@ -968,7 +943,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
-        LOOKAHEAD=lookahead, PAIR=pair, **launch_options(cfg, arch),
+        LOOKAHEAD=lookahead, **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)

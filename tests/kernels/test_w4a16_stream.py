@@ -55,7 +55,7 @@ PACKED_CASES = [
     (256, 256, 32, True, False, "gptq"),
     (264, 50, -1, False, False, "gptq"),
     (320, 40, 16, True, False, "gptq"),  # 8 groups per tile: the float32 loop
-    (1024, 200, 32, False, True, "gptq"),  # an even tile count: PAIR takes two tiles per unit
+    (1024, 200, 32, False, True, "gptq"),  # eight K tiles: several programs share each column block
     (768, 384, 128, True, False, "gptq"),
 ]
 
@@ -65,7 +65,7 @@ PACKED_CASES = [
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
 @pytest.mark.parametrize("cfg", [{}, {"programs": 3}, {"XPREP": True}, {"PACK4": False}, {"num_warps": 8},
                                  {"LOOKAHEAD": True}, {"LOOKAHEAD": True, "FENCE": 2, "programs": 3},
-                                 {"PAIR": True}, {"PAIR": True, "programs": 3}, {"PAIR": True, "pair_maxnreg": 96}])
+                                 {"maxnreg": 72}])
 def test_packed_one_row_matches_exact(k, n, group, sym, act_order, fmt, cfg):
     qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=k + n + group)
     w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=group,
