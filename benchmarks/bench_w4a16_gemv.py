@@ -5,15 +5,16 @@ One run on the current GPU measures copy bandwidth, then for the seven Llama sha
 same config with the float32 loop (`PACKED=False`, what AMD runs and what shipped before), as time
 and % of copy bandwidth (bytes = packed weights + scales + zeros + perm + x + out); then a sweep of
 the packed loop's knobs (a register cap, which keeps ptxas from sinking the next tile's loads below
-the math; warps; the next tile's constants loaded ahead; programs per SM) on eight shapes (the Llama-3-8B decode
-shapes among them). Times are medians of CUDA-graph replays over enough weight
+the math; warps; the next tile's constants loaded ahead; programs per SM) on eight shapes, the
+Llama-3-8B decode shapes among them. Times are medians of CUDA-graph replays over enough weight
 copies that L2 cannot hold them (the same helpers as bench_w4a16.py).
 With --fixed-cost it instead takes the one-row call's fixed cost apart (RESULTS.md sections round8 and
-round9: about 3.6 us of every g128 call besides streaming on an H100, 4.2 us on an H200): the graph-replay cost of an empty kernel with the stream
-kernel's grid, then K swept from 128 to 8192 rows on a 14336-wide g128 weight, once with the shipped grid
-(programs split column blocks: the float32-atomic flush, the fence and the ticket) and once with one
-program per column block (`programs` = N / 128: whole blocks, direct stores, no flush); a line fitted to
-each gives its intercept, and the difference of the two intercepts is what the split-K flush costs.
+round9: about 3.6 us of every g128 call besides streaming on an H100, 4.2 us on an H200): the
+graph-replay cost of an empty kernel with the stream kernel's grid, then K swept from 128 to 8192 rows
+on a 14336-wide g128 weight, once with the shipped grid (programs split column blocks: the
+float32-atomic flush, the fence and the ticket) and once with one program per column block
+(`programs` = N / 128: whole blocks, direct stores, no flush); a line fitted to each gives its
+intercept, and the difference of the two intercepts is what the split-K flush costs.
 Usage: python benchmarks/bench_w4a16_gemv.py --out gemv.json [--quick | --fixed-cost]
 """
 
@@ -39,8 +40,8 @@ from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
 from optimum_amdx.kernels._w4a16_triton import stream_config  # noqa: E402
 from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
 
-SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 128, True), (4096, 14336, 32, True), (8192, 28672, 128, False), (4096, 4096, 128, False),
-                (4096, 28672, 128, False), (14336, 4096, 128, False), (4096, 6144, 128, False)]
+SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 128, True), (4096, 14336, 32, True), (8192, 28672, 128, False),
+                (4096, 4096, 128, False), (4096, 28672, 128, False), (14336, 4096, 128, False), (4096, 6144, 128, False)]
 SWEEP = [{}, {"maxnreg": 72}, {"maxnreg": 96}, {"num_warps": 4}, {"LOOKAHEAD": True}, {"programs_per_cu": 3}]
 
 
@@ -92,7 +93,6 @@ def fixed_cost(copy_bw: float, base: dict[str, Any]) -> dict[str, Any]:
     split = least_squares([(r["tiles_per_program_split"], r["split_us"]) for r in out["rows"] if r["tiles"] >= grid])
     whole = least_squares([(r["tiles_per_program_whole"], r["whole_blocks_us"]) for r in out["rows"]])
     out["fit"] = {"split_fixed_us": split[0], "split_per_tile_us": split[1], "whole_fixed_us": whole[0],
-
                   "whole_per_tile_us": whole[1], "flush_us": split[0] - whole[0],
                   "rest_us": whole[0] - empty_us}
     print(f"fixed cost: split grid {split[0]:.2f} us + {split[1]:.3f} us/tile; whole blocks {whole[0]:.2f} us + "

@@ -33,8 +33,8 @@ def _rms_norm_kernel(
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
     if HAS_PERM:
-        # y[j] is the normalized input column perm[j]: the row is also read through perm (cache hits)
-        # and h re-formed there, so h is still written in order (a store through perm would cost the
+        # y[j] is the normalized input column perm[j]: the row is read a second time, through perm, and
+        # h re-formed there, so h is still written in order (a store through perm would cost the
         # compiler a shared-memory layout change of the whole row)
         src = tl.load(perm_ptr + cols, mask=mask, other=0)
         xg = tl.load(x_ptr + row * x_stride + src, mask=mask, other=0.0)

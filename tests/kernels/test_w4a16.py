@@ -245,8 +245,8 @@ def test_stream_every_m_and_split(m, k, n, group, sym, act_order, fmt, dtype, pr
 GEMM_CASES = [
     # (M, K, N, group, sym, act_order, fmt, dtype, config): the fused GEMM on every option: split-K
     # (the ticket and the workspace), x gathered in the kernel or once per call (the default for
-    # act-order), 32/64/128-column
-    # slices of a tile, groups 32/64/128/-1, odd M, K and N off the tiles, fp16/bf16, bias
+    # act-order), 32/64/128-column slices of a tile, groups 32/64/128/-1, odd M, K and N off the tiles,
+    # fp16/bf16, bias
     (17, 200, 72, 64, False, True, "gptq", torch.float16, {"BLOCK_M": 16, "BLOCK_N": 32, "SPLIT": 2, "X_PREP": False}),
     (33, 384, 96, 32, False, True, "gptq_v2", torch.bfloat16, {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT": 3,
                                                                 "NATURAL": True, "PREFETCH": 2}),
