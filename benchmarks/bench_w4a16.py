@@ -17,10 +17,11 @@ Usage: python benchmarks/bench_w4a16.py --out w4a16.json [--quick] [--sweep] [--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -294,9 +295,59 @@ def sweep(copy_bw: float, ms: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
+DECODE_SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)]
+"""The Llama-3-8B decode step's fused W4A16 shapes (q/k/v, o, gate/up, down)."""
+
+
+@contextlib.contextmanager
+def knob_on_routes(key: str, value: int) -> Iterator[None]:
+    """`key` = `value` in the shipped configs of the one-row, few-row and pipelined routes (what shipping
+    the knob would do), restored on exit."""
+    from optimum_amdx.kernels import _w4a16_pipelined_ptx as kp
+    from optimum_amdx.kernels import _w4a16_rows_ptx as kr
+    from optimum_amdx.kernels import _w4a16_triton as kt
+
+    tables = [kt.STREAM_CONFIGS[kt._family(device_arch())][1], kr.ROWS_CONFIG, *kp.PIPELINED_CONFIGS.values()]
+    saved = [dict(t) for t in tables]
+    try:
+        for t in tables:
+            t[key] = value
+        yield
+    finally:
+        for t, old in zip(tables, saved):
+            t.clear()
+            t.update(old)
+
+
+def knob_ab(copy_bw: float, key: str, values: list[int], ms: list[int], shapes: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Each value of an integer knob on the dispatcher's own routes, side by side per shape and row count
+    (g128 sym, plus act-order g32 asym on 4096x14336), so one run compares them."""
+    rows = []
+    cases = [(k, n, 128, False) for k, n in shapes] + [(4096, 14336, 32, True)]
+    for k, n, group, act in cases:
+        w, _ = random_gptq(k, n, group, act, seed=k + n + group, asym=act)
+        for m in ms:
+            r: dict[str, Any] = {"K": k, "N": n, "M": m, "group": group, "act_order": act,
+                                 "route": dispatch_route(m, w, torch.float16, device_arch()), "us": {}}
+            for v in values:
+                with knob_on_routes(key, v):
+                    r["us"][str(v)] = ours_ms(w, m) * 1e3
+            base = r["us"][str(values[0])]
+            r["pct_copy_bw"] = {v: 100 * call_bytes(w, m) / (t * 1e-6) / copy_bw for v, t in r["us"].items()}
+            rows.append(r)
+            print(f"  {key} {k:>5}x{n:<5} g{group} act={int(act)} M={m:<3} [{r['route']}] "
+                  + "  ".join(f"{v}: {t:6.1f} us ({t / base:.3f}x, {r['pct_copy_bw'][v]:4.1f}%)"
+                              for v, t in r["us"].items()), flush=True)
+        del w
+    return rows
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write results as JSON here")
+    parser.add_argument("--knob-ab", help="KEY=V1,V2,...: only time these values of an integer config knob on the "
+                        "one-row, few-row and pipelined routes, decode shapes (e.g. num_warps=4,8)")
+    parser.add_argument("--knob-ab-m", default="1,2,3,4,8,16,32,64", help="row counts --knob-ab covers")
     parser.add_argument("--quick", action="store_true", help="three M=1 shapes and a shorter M list")
     parser.add_argument("--sweep", action="store_true", help="also sweep programs per SM and warps")
     parser.add_argument("--no-peers", action="store_true", help="skip GemLite and torch int4")
@@ -320,6 +371,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                               "copy_GB_s": copy_bw / 1e9, "matmul_TFLOP_s": mm_rate / 1e12}
     print(f"device {result['device']} ({result['arch']}); copy {copy_bw / 1e9:.0f} GB/s; fp16 matmul "
           f"{mm_rate / 1e12:.0f} TFLOP/s", flush=True)
+    if args.knob_ab:
+        key, _, values = args.knob_ab.partition("=")
+        result["knob_ab"] = knob_ab(copy_bw, key, [int(v) for v in values.split(",")],
+                                    [int(v) for v in args.knob_ab_m.split(",")], DECODE_SHAPES)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1, default=str)
+        return 0
     if args.gemm_sweep_only:
         result["gemm_sweep"] = gemm_sweep(copy_bw, [int(v) for v in args.gemm_sweep_m.split(",")])
         if args.out:

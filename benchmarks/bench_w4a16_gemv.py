@@ -42,7 +42,8 @@ from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
 
 SWEEP_SHAPES = [(4096, 14336, 128, False), (4096, 14336, 128, True), (4096, 14336, 32, True), (8192, 28672, 128, False),
                 (4096, 4096, 128, False), (4096, 28672, 128, False), (14336, 4096, 128, False), (4096, 6144, 128, False)]
-SWEEP = [{}, {"maxnreg": 72}, {"maxnreg": 96}, {"num_warps": 4}, {"LOOKAHEAD": True}, {"programs_per_cu": 3}]
+SWEEP = [{}, {"maxnreg": 72}, {"maxnreg": 96}, {"num_warps": 4}, {"LOOKAHEAD": True}, {"programs_per_cu": 3},
+         {"XPREP": True}]
 
 
 def _save(result: dict[str, Any], path: Optional[str]) -> None:
@@ -106,6 +107,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", help="write results as JSON here")
     parser.add_argument("--quick", action="store_true", help="three shapes, no sweep")
     parser.add_argument("--no-sweep", action="store_true", help="skip the knob sweep")
+    parser.add_argument("--sweep-only", action="store_true", help="only the knob sweep (no seven-shape table)")
     parser.add_argument("--fixed-cost", action="store_true", help="only take the one-row fixed cost apart")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -122,7 +124,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         result["fixed_cost"] = fixed_cost(copy_bw, base)
         _save(result, args.out)
         return 0
-    shapes = LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES
+    shapes = [] if args.sweep_only else LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES
     for (k, n), group, act in itertools.product(shapes, (128, 32), (False, True)):
         w, _ = random_gptq(k, n, group, act, seed=k + n + group + int(act), asym=act)
         row = {"K": k, "N": n, "group": group, "act_order": act, "asym": act,

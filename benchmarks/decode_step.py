@@ -27,16 +27,19 @@ measurement of the issue, so one device call runs them all from the same build.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 from typing import Any
 
 import torch
 
+from bench_w4a16 import knob_on_routes  # noqa: E402 - this folder is on sys.path when run as a script
 from optimum_amdx.benchmark.backends import _tensor_bytes, apply_quantization, build_torch_model, resolve_source
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.roofline import ModelGeometry, kv_cache_bytes
 from optimum_amdx.benchmark.timing import call_seconds, graph_ms
+from optimum_amdx.kernels.runtime import set_pdl
 from optimum_amdx.modeling.cache import PagedKVCache
 from optimum_amdx.modeling import paged_model
 from optimum_amdx.modeling.paged_model import BatchInputs, DecodeFusions, PagedDecoder
@@ -296,13 +299,20 @@ def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float
     variants = [v for v in args.variants]
     if args.gemm_ms:
         out["gemm"] = gemm_sweep(bench.config, dtype, args.gemm_ms, bandwidth, args.sweep, args.install)
-    for vname in variants:
+    knob_key, knob_values = args.w4a16_knob if quantization != "none" else ("", [None])
+    for vname, knob, pdl in ((v, o, p) for p in args.pdl for o in knob_values for v in variants):
         base = VARIANTS[vname]
         splits_list = args.attn_splits if vname == variants[-1] else [None]
         for splits in splits_list:
             fusions = base if splits is None else DecodeFusions(**{**base.__dict__, "decode_splits": splits})
-            runner = bench.runner(fusions, args.batch_sizes)
+            set_pdl(pdl != "off", tuple(filter(None, pdl.partition("no:")[2].split("+"))))
+            with knob_on_routes(knob_key, knob) if knob is not None else contextlib.nullcontext():
+                runner = bench.runner(fusions, args.batch_sizes)  # knob and PDL are read when graphs are captured
             label = vname if splits is None else f"{vname},splits={splits}"
+            if knob is not None:
+                label += f",{knob_key}={knob}"
+            if len(args.pdl) > 1:
+                label += f",pdl={pdl}"
             for b in args.batch_sizes:
                 g = bench.load_decode(runner, b)
                 t = call_seconds(g.graph.replay, DEVICE, reps=5, warmup=1, calls_per_mark=20)
@@ -383,11 +393,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gemm-ms", default="", help="M values for the skinny-vs-BLAS sweep ('' = skip)")
     p.add_argument("--sweep", action="store_true", help="try extra skinny configs in the GEMM sweep")
     p.add_argument("--install", action="store_true", help="use each shape's sweep winner in the decode steps")
+    p.add_argument("--w4a16-knob", default="", help="KEY=V1,V2: time GPTQ steps under each value of an integer "
+                   "knob of the one-row, few-row and pipelined W4A16 configs (e.g. num_warps=4,8)")
+    p.add_argument("--pdl", default="on", help="comma list of on, off, no:KERNEL[+KERNEL] (on, less those of "
+                   "runtime.PDL_KERNELS): programmatic dependent launch (NVIDIA sm_90+) for the graphs of each run")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
     args.variants = [v for v in args.variants.split(",") if v]
+    args.pdl = [v for v in args.pdl.split(",") if v]
+    key, _, values = args.w4a16_knob.partition("=")
+    args.w4a16_knob = (key, [int(v) for v in values.split(",")]) if key else ("", [None])
     args.attn_splits = [None] + [int(x) for x in args.attn_splits.split(",") if x]
     args.gemm_ms = [int(x) for x in args.gemm_ms.split(",") if x]
     if not torch.cuda.is_available():

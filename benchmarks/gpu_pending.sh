@@ -10,10 +10,12 @@
 #   bash benchmarks/gpu_pending.sh e2e-l3    # optimum-amdx benchmark, Llama-3-8B: fp16, GPTQ, GPTQ with a 4-bit lm_head
 #   bash benchmarks/gpu_pending.sh e2e-l2    # the same for Llama-2-7B: fp16, GPTQ
 #   bash benchmarks/gpu_pending.sh m1        # the seven-shape one-row table with the shipped config, then the knob sweep
+#   bash benchmarks/gpu_pending.sh pdl       # programmatic dependent launch: GPU tests with it on, GPTQ decode step off vs on
+#   bash benchmarks/gpu_pending.sh attn      # decode attention: the shipped config and split rule against the grid, 1-64 sequences
 set -uo pipefail
 case "${1:-}" in
-  verify|decode|e2e-l3|e2e-l2|m1) ;;
-  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1" >&2; exit 2 ;;
+  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn) ;;
+  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -57,6 +59,16 @@ case "${1:-}" in
   m1)
     step 300 m1.log python3 benchmarks/bench_w4a16.py --m1-only --no-peers --out "$out/w4a16-m1.json"
     step 250 gemv-sweep.log python3 benchmarks/bench_w4a16_gemv.py --out "$out/w4a16-gemv.json" ;;
+  pdl)
+    step 240 gputests.log python3 -m pytest -q -p no:cacheprovider -m gpu -x tests/kernels/test_w4a16_stream.py \
+      tests/kernels/test_w4a16_rows.py tests/kernels/test_decode_fusions.py tests/kernels/test_paged_attention.py \
+      tests/kernels/test_norm_rotary.py tests/modeling/test_gpu.py
+    step 400 decode-step.log python3 benchmarks/decode_step.py --shapes llama-2-7b,llama-3-8b \
+      --quantizations none,gptq-4bit --batch-sizes 1,4,16,64 --variants +skinny_gemm --pdl off,on \
+      --out "$out/decode-step-pdl.json" ;;
+  attn)
+    step 500 attention-sweep.log python3 benchmarks/attention_decode_sweep.py --grid \
+      --shapes llama-3-8b:1,llama-3-8b:16,llama-3-8b:64,llama-2-7b:16,llama-2-7b:64 --out "$out/attention-decode-sweep.json" ;;
 esac
 echo "gpu_pending.sh ${1}: $([ $status -eq 0 ] && echo all steps passed || echo some steps failed), files in $out"
 exit $status

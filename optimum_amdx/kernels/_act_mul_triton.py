@@ -11,12 +11,17 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .compile_spec import CompileSpec
+from .runtime import pdl_for
 
 
 @triton.jit
-def _silu_mul_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
+def _silu_mul_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
+        gdc_launch_dependents()
+        gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -44,7 +49,9 @@ def silu_and_mul_triton(gate_up: torch.Tensor, family: str) -> torch.Tensor:
     y = torch.empty((x.shape[0], n), dtype=gate_up.dtype, device=gate_up.device)
     cfg = launch_config(family, n)
     block = cfg.pop("BLOCK")
-    _silu_mul_kernel[(x.shape[0], triton.cdiv(n, block))](x, y, n, x.stride(0), y.stride(0), BLOCK=block, **cfg)
+    pdl = pdl_for(x, "silu_mul", x.shape[0])
+    _silu_mul_kernel[(x.shape[0], triton.cdiv(n, block))](x, y, n, x.stride(0), y.stride(0), BLOCK=block,
+                                                           PDL=pdl, launch_pdl=pdl, **cfg)
     return y.reshape(*gate_up.shape[:-1], n)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from optimum_amdx.kernels.compile_spec import CompileSpec, grouped_specs
 from optimum_amdx.kernels.runtime import (
@@ -31,6 +32,7 @@ from optimum_amdx.kernels.runtime import (
     arch_family,
     compute_units,
     next_pow2,
+    pdl_for,
     split_launch_options,
 )
 from optimum_amdx.kernels.triton_compat import PINNED_COMPILE_OPTIONS
@@ -289,7 +291,11 @@ def _unified_attention_kernel(
     USE_SOFTCAP: tl.constexpr = False,
     FUSED_REDUCE: tl.constexpr = False,
     SPLITS_PAD: tl.constexpr = 1,
+    PDL: tl.constexpr = False,
 ):
+    if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
+        gdc_launch_dependents()
+        gdc_wait()
     q_block = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -407,7 +413,11 @@ def _split_reduce_kernel(
     SPLITS_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     token = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     row = token * num_heads + head
@@ -518,6 +528,7 @@ def unified_attention_triton(
         )
     num_splits = max(1, int(num_splits))
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    pdl = pdl_for(q, "attention", total_q)
     counters = None
     if num_splits > 1:
         part_out = torch.empty(total_q * num_heads * num_splits * head_dim_pad, device=q.device, dtype=torch.float32)
@@ -538,13 +549,14 @@ def unified_attention_triton(
         NUM_QPK=num_qpk, BLOCK_M=block_m, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
         BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
         NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), FUSED_REDUCE=counters is not None,
-        SPLITS_PAD=next_pow2(num_splits), **launch, **PINNED_COMPILE_OPTIONS,
+        SPLITS_PAD=next_pow2(num_splits), PDL=pdl, launch_pdl=pdl, **launch, **PINNED_COMPILE_OPTIONS,
     )
     if num_splits > 1 and counters is None:
+        reduce_pdl = pdl_for(q, "split_reduce", total_q)
         _split_reduce_kernel[(total_q, num_heads)](
             part_out, part_lse, out, num_heads, out.stride(0), out.stride(1),
             NUM_SPLITS=num_splits, SPLITS_PAD=next_pow2(num_splits), HEAD_DIM=head_dim,
-            HEAD_DIM_PAD=head_dim_pad, **split_reduce_config(family), **PINNED_COMPILE_OPTIONS,
+            HEAD_DIM_PAD=head_dim_pad, PDL=reduce_pdl, launch_pdl=reduce_pdl, **split_reduce_config(family), **PINNED_COMPILE_OPTIONS,
         )
     return out
 

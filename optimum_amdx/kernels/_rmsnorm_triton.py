@@ -11,8 +11,10 @@ from typing import Optional, Union
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .compile_spec import CompileSpec
+from .runtime import pdl_for
 from .triton_compat import PINNED_COMPILE_OPTIONS
 
 __all__ = ["rms_norm_triton", "AMD_COMPILE_SPECS"]
@@ -23,7 +25,11 @@ def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, y_ptr, h_ptr, perm_ptr,
     n_cols, x_stride, res_stride, y_stride, h_stride, eps,
     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, HAS_PERM: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
+    if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
+        gdc_launch_dependents()
+        gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -87,11 +93,12 @@ def rms_norm_triton(
     else:
         r2, h = x2, y
     block = triton.next_power_of_2(hidden)
+    pdl = pdl_for(x2, "rmsnorm", x2.shape[0])
     _rms_norm_kernel[(x2.shape[0],)](
         x2, r2, weight, y, h, perm if perm is not None else x2,
         hidden, x2.stride(0), r2.stride(0), y.stride(0), h.stride(0), eps,
-        HAS_RESIDUAL=residual is not None, BLOCK=block, HAS_PERM=perm is not None, num_warps=_num_warps(block),
-        **PINNED_COMPILE_OPTIONS,
+        HAS_RESIDUAL=residual is not None, BLOCK=block, HAS_PERM=perm is not None, PDL=pdl,
+        launch_pdl=pdl, num_warps=_num_warps(block), **PINNED_COMPILE_OPTIONS,
     )
     y = y.reshape(x.shape)
     return y if residual is None else (y, h.reshape(x.shape))

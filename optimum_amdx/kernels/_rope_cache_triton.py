@@ -13,8 +13,10 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .compile_spec import CompileSpec
+from .runtime import pdl_for
 
 AMD_FAMILIES = ("cdna2", "cdna3", "cdna4", "rdna3", "rdna4")
 
@@ -41,7 +43,11 @@ def _rope_cache_kernel(
     table_stride, n_q_heads,
     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
+        gdc_launch_dependents()
+        gdc_wait()
     t = tl.program_id(0).to(tl.int64)
     role = tl.program_id(1)
     pos = tl.load(pos_ptr + t)
@@ -98,6 +104,7 @@ def rotary_and_cache_triton(
     cos_c = cos if cos.dtype == torch.float32 and cos.is_contiguous() else cos.to(torch.float32).contiguous()
     sin_c = sin if sin.dtype == torch.float32 and sin.is_contiguous() else sin.to(torch.float32).contiguous()
     block_hq, block_p = _next_pow2(q.shape[1]), _next_pow2(half)
+    pdl = pdl_for(q, "rope_cache", q.shape[0])
     _rope_cache_kernel[(q.shape[0], 2)](
         q, k, v, cos_c, sin_c, positions, slot_mapping, k_cache, v_cache,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
@@ -105,7 +112,7 @@ def rotary_and_cache_triton(
         v_cache.stride(2), cos_c.stride(0), q.shape[1],
         NUM_KV_HEADS=k.shape[1], HEAD_DIM=q.shape[2], HALF=half, PAGE_SIZE=k_cache.shape[1],
         BLOCK_HQ=block_hq, BLOCK_HK=_next_pow2(k.shape[1]), BLOCK_P=block_p, BLOCK_D=_next_pow2(q.shape[2]),
-        **launch_options(family, block_hq, block_p),
+        PDL=pdl, launch_pdl=pdl, **launch_options(family, block_hq, block_p),
     )
 
 

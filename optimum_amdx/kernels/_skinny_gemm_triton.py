@@ -28,9 +28,10 @@ from typing import Any, Optional
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .compile_spec import CompileSpec
-from .runtime import compute_units
+from .runtime import compute_units, pdl_for
 
 _FAMILY_MAX_M: dict[str, int] = {
     # AMD: hipBLASLt is weak at M <= 8 (why vLLM ships skinny kernels for ROCm). Not measured on
@@ -137,7 +138,11 @@ def _skinny_gemm_kernel(
     stride_hm, eps,
     HAS_BIAS: tl.constexpr, USE_DOT: tl.constexpr, EVEN_K: tl.constexpr, ACT_MUL: tl.constexpr,
     NORM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
+        gdc_launch_dependents()
+        gdc_wait()
     pid_n = tl.program_id(0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
@@ -298,11 +303,12 @@ def skinny_gemm_triton(
         if r2.stride(-1) != 1:
             r2 = r2.contiguous()
         h = torch.empty_like(x2)
+    pdl = pdl_for(x2, "skinny", m)
     _skinny_gemm_kernel[(triton.cdiv(n, block_n),)](
         x2, weight, bias if bias is not None else weight, y, r2, nw, h, m, n, k, x2.stride(0), weight.stride(0),
         y.stride(0), r2.stride(0), h.stride(0), float(eps),
         HAS_BIAS=bias is not None, USE_DOT=use_dot, EVEN_K=k % block_k == 0, ACT_MUL=act_mul, NORM=norm is not None,
-        BLOCK_M=16 if use_dot else 1, BLOCK_N=block_n, BLOCK_K=block_k, **launch,
+        BLOCK_M=16 if use_dot else 1, BLOCK_N=block_n, BLOCK_K=block_k, PDL=pdl, launch_pdl=pdl, **launch,
     )
     y = y.reshape(*x.shape[:-1], n)
     return y if norm is None else (y, h.reshape(x.shape))

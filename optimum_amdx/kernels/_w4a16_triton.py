@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .compile_spec import CompileSpec
-from .runtime import arch_family, compute_units, device_arch, interpret_mode
+from .runtime import arch_family, compute_units, device_arch, interpret_mode, pdl_for
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -592,7 +593,7 @@ def _w4a16_stream_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
-    LOOKAHEAD: tl.constexpr = False,
+    LOOKAHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -623,6 +624,9 @@ def _w4a16_stream_kernel(
         rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + offs_p // 8
     if not PIPELINE:
         cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
+    if PDL:  # launched before x's producer ended (`runtime.pdl_enabled`): the first tile is on its way; wait
+        gdc_launch_dependents()
+        gdc_wait()
     for u in tl.range(u0, u1, num_stages=STAGES):
         if PIPELINE:  # Triton's pipeliner keeps STAGES - 1 tiles in flight (async copies on sm_80+)
             cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
@@ -923,6 +927,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     gs = _group_arg(w)
     packed = packed_route(cfg, arch, x2.dtype, _chunks(gs))
     lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
+    pdl = not lookahead and pdl_for(x2, "w4a16", m)
     xprep = packed and (lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
     xp = w.qweight
     if xprep:
@@ -932,7 +937,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
             BLOCK=XPACK_BLOCK, num_warps=4)
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
-           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead)
+           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead, pdl)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
     ck = _w4a16_stream_kernel[(grid, m_blocks)](
@@ -943,7 +948,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
-        LOOKAHEAD=lookahead, **launch_options(cfg, arch),
+        LOOKAHEAD=lookahead, PDL=pdl, launch_pdl=pdl, **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)

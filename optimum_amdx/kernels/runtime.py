@@ -98,6 +98,47 @@ def tensor_family(t: "torch.Tensor") -> str:
     return arch_family(device_arch(index))
 
 
+PDL_KERNELS = ("rmsnorm", "silu_mul", "rope_cache", "attention", "split_reduce", "skinny", "w4a16")
+"""The kernels that take part in programmatic dependent launch (`pdl_enabled`)."""
+PDL_MAX_ROWS = 1
+"""Launches of more rows (tokens) than this run without programmatic dependent launch. Decode step on an
+H200 (RESULTS.md round10), off -> on: one row 2.6-3.9 % faster in fp16 and 7.3-8.8 % with GPTQ weights
+(Llama-3-8B, Llama-2-7B shapes); from 4 rows the effect is mixed (fp16 up to 3.1 % slower at 4 rows and
+1.5 % at 16; GPTQ 1.5-4.3 % faster on Llama-3-8B but 2.3 % slower at 64 rows on Llama-2-7B)."""
+_PDL: dict[str, Any] = {"on": os.environ.get("OPTIMUM_AMDX_PDL", "1") not in ("", "0"), "off": frozenset()}
+
+
+def set_pdl(enabled: bool, off: tuple[str, ...] = ()) -> None:
+    """Switch programmatic dependent launch on or off for launches from now on, and leave out the
+    `PDL_KERNELS` named in `off` (benchmarks compare; `OPTIMUM_AMDX_PDL=0` starts with it off). Graphs
+    captured earlier keep what they were captured with."""
+    unknown = set(off) - set(PDL_KERNELS)
+    if unknown:
+        raise ValueError(f"unknown PDL kernels {sorted(unknown)}; expected some of {PDL_KERNELS}")
+    _PDL["on"] = bool(enabled)
+    _PDL["off"] = frozenset(off)
+
+
+def pdl_enabled(arch: str) -> bool:
+    """Whether kernels on `arch` use programmatic dependent launch: an NVIDIA GPU of sm_90 or later (the
+    ``griddepcontrol`` instructions; AMD has no counterpart, and the interpreter runs no PTX), unless
+    switched off. Used by the decode step's hot kernels: the producers of a W4A16 call's input say "the
+    next kernel may start" as they begin, and the W4A16 kernels, launched with the attribute, load their
+    first weight tile before waiting for the producer to finish (RESULTS.md round10)."""
+    if not _PDL["on"] or not arch.startswith("sm_"):
+        return False
+    digits = arch[3:]
+    return digits.isdigit() and int(digits) >= 90
+
+
+def pdl_for(t: "torch.Tensor", kernel: str, rows: int) -> bool:
+    """`pdl_enabled` for a launch of `kernel` (one of `PDL_KERNELS`) over `rows` rows (tokens) on the GPU
+    tensor `t` lives on: False on the CPU, under the interpreter and above `PDL_MAX_ROWS` rows."""
+    if interpret_mode() or t.device.type != "cuda" or kernel in _PDL["off"] or rows > PDL_MAX_ROWS:
+        return False
+    return pdl_enabled(device_arch(t.device.index or 0))
+
+
 def next_pow2(n: int) -> int:
     """Smallest power of two >= n (and >= 1)."""
     return 1 << max(0, (int(n) - 1).bit_length())
