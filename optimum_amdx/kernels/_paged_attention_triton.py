@@ -110,20 +110,29 @@ def split_reduce_config(family: str) -> dict[str, Any]:
     return {"num_warps": 2, "num_stages": 1}
 
 
+MIN_SPLIT_KEYS: dict[str, float] = {"hopper": 0.5, "nvidia": 0.5}
+"""Key tiles each split keeps at least (`choose_num_splits`), per family; 4 elsewhere. The H200 sweep at a
+513-token context (`attention_decode_sweep.py --grid`, RESULTS.md round10): one Llama-3-8B sequence took
+12.9 us per layer with the 4-tile rule (2 splits) against 8.9 / 8.0 / 9.2 us with 8 / 16 / 32 splits of
+64-key tiles, and 16 sequences 20.3 us (2 splits) against 19.5 (4). The AMD families keep 4 tiles until
+measured there."""
+
+
 def choose_num_splits(
     family: str, num_seqs: int, num_kv_heads: int, max_seq_len: int, max_query_len: int, num_sms: int, block_n: int
 ) -> int:
     """How many key-range splits (flash-decoding) a launch should use; 1 = no split.
 
     Split only short-query batches whose (sequence x KV-head) programs fill less than one wave of the
-    GPU, up to about 4 programs per compute unit, keeping at least 4 key tiles per split so the
-    partial-output traffic stays small next to the KV bytes.
+    GPU, up to about 4 programs per compute unit, keeping at least `MIN_SPLIT_KEYS` key tiles per split
+    (4 where the family has no entry) so the partial-output traffic stays small next to the KV bytes.
     """
     programs = num_seqs * num_kv_heads
     if family == "cpu" or max_query_len > 16 or programs >= num_sms:
         return 1
+    min_keys = MIN_SPLIT_KEYS.get(family, 4) * block_n
     splits = 1
-    while programs * splits * 2 <= 4 * num_sms and max_seq_len // (splits * 2) >= 4 * block_n and splits < 64:
+    while programs * splits * 2 <= 4 * num_sms and max_seq_len // (splits * 2) >= min_keys and splits < 64:
         splits *= 2
     return splits
 

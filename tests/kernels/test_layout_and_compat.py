@@ -46,6 +46,51 @@ def test_arch_family_comes_from_the_fact_table(arch, family):
     assert arch_family(arch) == family
 
 
+@pytest.mark.parametrize("arch,expected", [("sm_90", True), ("sm_100", True), ("sm_80", False), ("gfx942", False),
+                                           ("cpu", False), ("sm_9a", False)])
+def test_programmatic_dependent_launch_only_on_nvidia_sm90_and_later(arch, expected):
+    from optimum_amdx.kernels import runtime
+
+    saved = dict(runtime._PDL)
+    try:
+        runtime.set_pdl(True)
+        assert runtime.pdl_enabled(arch) is expected
+        runtime.set_pdl(False)
+        assert not runtime.pdl_enabled(arch)
+    finally:
+        runtime._PDL.update(saved)
+
+
+def test_programmatic_dependent_launch_per_launch_rules(monkeypatch):
+    # one-row launches of the kernels that take part, on an sm_90 device, unless switched off; never on the
+    # CPU or under the interpreter; an unknown kernel name in `off` is a mistake, said so
+    import torch
+
+    from optimum_amdx.kernels import runtime
+
+    monkeypatch.setattr(runtime, "device_arch", lambda index=0: "sm_90")
+    monkeypatch.setattr(runtime, "interpret_mode", lambda: False)
+
+    class FakeCuda:
+        device = torch.device("cuda", 0)
+
+    t = FakeCuda()
+    saved = dict(runtime._PDL)
+    try:
+        runtime.set_pdl(True)
+        assert runtime.pdl_for(t, "rmsnorm", 1)
+        assert not runtime.pdl_for(t, "rmsnorm", runtime.PDL_MAX_ROWS + 1)
+        assert not runtime.pdl_for(torch.zeros(1), "rmsnorm", 1)
+        runtime.set_pdl(True, off=("rmsnorm",))
+        assert not runtime.pdl_for(t, "rmsnorm", 1) and runtime.pdl_for(t, "w4a16", 1)
+        with pytest.raises(ValueError, match="unknown PDL kernels"):
+            runtime.set_pdl(True, off=("rms_norm",))
+        monkeypatch.setattr(runtime, "interpret_mode", lambda: True)
+        assert not runtime.pdl_for(t, "rmsnorm", 1)
+    finally:
+        runtime._PDL.update(saved)
+
+
 def test_compute_units_on_the_cpu_is_what_the_caller_asks_for():
     # the one place grids are sized from (SMs / CUs); the interpreter gets the caller's stand-in count
     import torch

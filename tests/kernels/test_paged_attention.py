@@ -235,8 +235,11 @@ def test_split_k_heuristic_only_splits_an_underfilled_gpu():
     assert choose_num_splits("hopper", 4, 8, 16384, 1, 132, 128) == 16
     # 32 x 8 = 256 programs already cover the GPU: no split (the H200 sweep measured splitting as slower).
     assert choose_num_splits("hopper", 32, 8, 4096, 1, 132, 128) == 1
-    # Short contexts keep >= 4 key tiles per split; prefill batches and the interpreter never split.
+    # Short contexts keep >= 4 key tiles per split on AMD, half a tile on NVIDIA (the H200 sweep);
+    # prefill batches and the interpreter never split.
     assert choose_num_splits("cdna3", 1, 8, 1024, 1, 304, 64) == 4
+    assert choose_num_splits("hopper", 1, 8, 513, 1, 132, 64) == 16
+    assert choose_num_splits("hopper", 16, 8, 513, 1, 132, 64) == 4
     assert choose_num_splits("hopper", 4, 8, 16384, 512, 132, 128) == 1
     assert choose_num_splits("cpu", 1, 1, 16384, 1, 1, 16) == 1
 
