@@ -11,8 +11,8 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from ._pdl_triton import pdl_begin
 from .compile_spec import CompileSpec
 from .runtime import pdl_for
 
@@ -20,8 +20,7 @@ from .runtime import pdl_for
 @triton.jit
 def _silu_mul_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
-        gdc_launch_dependents()
-        gdc_wait()
+        pdl_begin()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols

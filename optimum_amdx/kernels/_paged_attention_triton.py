@@ -24,8 +24,8 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from optimum_amdx.kernels._pdl_triton import pdl_begin
 from optimum_amdx.kernels.compile_spec import CompileSpec, grouped_specs
 from optimum_amdx.kernels.runtime import (
     amd_launch_options,
@@ -303,8 +303,7 @@ def _unified_attention_kernel(
     PDL: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
-        gdc_launch_dependents()
-        gdc_wait()
+        pdl_begin()
     q_block = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -425,8 +424,7 @@ def _split_reduce_kernel(
     PDL: tl.constexpr = False,
 ):
     if PDL:
-        gdc_launch_dependents()
-        gdc_wait()
+        pdl_begin()
     token = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     row = token * num_heads + head

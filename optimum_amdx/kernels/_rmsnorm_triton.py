@@ -11,8 +11,8 @@ from typing import Optional, Union
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from ._pdl_triton import pdl_begin
 from .compile_spec import CompileSpec
 from .runtime import pdl_for
 from .triton_compat import PINNED_COMPILE_OPTIONS
@@ -28,8 +28,7 @@ def _rms_norm_kernel(
     PDL: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
-        gdc_launch_dependents()
-        gdc_wait()
+        pdl_begin()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols

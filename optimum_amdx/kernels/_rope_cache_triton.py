@@ -13,8 +13,8 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from ._pdl_triton import pdl_begin
 from .compile_spec import CompileSpec
 from .runtime import pdl_for
 
@@ -46,8 +46,7 @@ def _rope_cache_kernel(
     PDL: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
-        gdc_launch_dependents()
-        gdc_wait()
+        pdl_begin()
     t = tl.program_id(0).to(tl.int64)
     role = tl.program_id(1)
     pos = tl.load(pos_ptr + t)

@@ -28,8 +28,8 @@ from typing import Any, Optional
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from ._pdl_triton import pdl_begin
 from .compile_spec import CompileSpec
 from .runtime import compute_units, pdl_for
 
@@ -141,8 +141,7 @@ def _skinny_gemm_kernel(
     PDL: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
-        gdc_launch_dependents()
-        gdc_wait()
+        pdl_begin()
     pid_n = tl.program_id(0)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from ._pdl_triton import pdl_begin
 from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, gather_x, split_k
 from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
 from .runtime import compute_units, pdl_for
@@ -180,8 +180,7 @@ def _w4a16_pipelined_kernel(
     UNROLL: tl.constexpr = 1, PDL: tl.constexpr = False,
 ):
     if PDL:  # launched before x's producer ended (`runtime.pdl_enabled`): wait for it before any load of x
-        gdc_launch_dependents()
-        gdc_wait()
+        pdl_begin()
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
     pid = tl.program_id(0)

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from ._pdl_triton import pdl_begin
 from ._w4a16_triton import (
     TILE_K,
     TILE_N,
@@ -189,8 +189,7 @@ def _w4a16_rows_kernel(
     acc3 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
     cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
     if PDL:  # as in the one-row loop: the first tile is on its way before waiting for x's producer
-        gdc_launch_dependents()
-        gdc_wait()
+        pdl_begin()
     for u in range(u0, u1):
         # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
         nxt = tl.load(qw_ptr + tl.minimum(u + 1, u1 - 1) * TILE_WORDS + tile_offs)

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from ._pdl_triton import pdl_begin
 from .compile_spec import CompileSpec
 from .runtime import arch_family, compute_units, device_arch, interpret_mode, pdl_for
 
@@ -625,8 +625,7 @@ def _w4a16_stream_kernel(
     if not PIPELINE:
         cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
     if PDL:  # launched before x's producer ended (`runtime.pdl_enabled`): the first tile is on its way; wait
-        gdc_launch_dependents()
-        gdc_wait()
+        pdl_begin()
     for u in tl.range(u0, u1, num_stages=STAGES):
         if PIPELINE:  # Triton's pipeliner keeps STAGES - 1 tiles in flight (async copies on sm_80+)
             cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
