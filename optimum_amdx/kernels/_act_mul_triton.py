@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._pdl_triton import pdl_begin
+from ._pdl import pdl_begin
 from .compile_spec import CompileSpec
 from .runtime import pdl_for
 

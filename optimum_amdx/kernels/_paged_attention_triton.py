@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from optimum_amdx.kernels._pdl_triton import pdl_begin
+from optimum_amdx.kernels._pdl import pdl_begin
 from optimum_amdx.kernels.compile_spec import CompileSpec, grouped_specs
 from optimum_amdx.kernels.runtime import (
     amd_launch_options,

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._pdl_triton import pdl_begin
+from ._pdl import pdl_begin
 from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, gather_x, split_k
 from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
 from .runtime import compute_units, pdl_for

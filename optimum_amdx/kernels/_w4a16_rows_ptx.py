@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._pdl_triton import pdl_begin
+from ._pdl import pdl_begin
 from ._w4a16_triton import (
     TILE_K,
     TILE_N,

@@ -52,8 +52,8 @@ def test_kernels_import_on_a_triton_without_the_nvidia_backend():
 import sys
 import triton
 sys.modules["triton.language.extra.cuda"] = None
-from optimum_amdx.kernels import _pdl_triton, _rmsnorm_triton, _w4a16_triton, _paged_attention_triton, _skinny_gemm_triton
-assert _pdl_triton.gdc_wait.fn.__module__ == _pdl_triton.__name__
+from optimum_amdx.kernels import _pdl, _rmsnorm_triton, _w4a16_triton, _paged_attention_triton, _skinny_gemm_triton
+assert _pdl.gdc_wait.fn.__module__ == _pdl.__name__
 print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -1,5 +1,8 @@
 """Programmatic dependent launch inside a kernel (NVIDIA sm_90+; `runtime.pdl_enabled` decides per launch).
 
+A Triton helper the `_<op>_triton` modules call, not an op of its own (so no AMD compile specs here: the
+kernels that call it are compiled in theirs).
+
 A kernel launched with the attribute calls `pdl_begin` before it reads anything an earlier kernel wrote
 and before it writes anything: it lets the next kernel launch now (``griddepcontrol.launch_dependents``)
 and waits until the previous kernel has finished and its writes are visible (``griddepcontrol.wait``).
