@@ -12,10 +12,11 @@
 #   bash benchmarks/gpu_pending.sh m1        # the seven-shape one-row table with the shipped config, then the knob sweep
 #   bash benchmarks/gpu_pending.sh pdl       # programmatic dependent launch: GPU tests with it on, GPTQ decode step off vs on
 #   bash benchmarks/gpu_pending.sh attn      # decode attention: the shipped config and split rule against the grid, 1-64 sequences
+#   bash benchmarks/gpu_pending.sh splits    # decode step, fp16 and GPTQ, both shapes: the split rule's 4 key tiles vs round 10's half tile
 set -uo pipefail
 case "${1:-}" in
-  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn) ;;
-  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn" >&2; exit 2 ;;
+  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|splits) ;;
+  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|splits" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -69,6 +70,10 @@ case "${1:-}" in
   attn)
     step 500 attention-sweep.log python3 benchmarks/attention_decode_sweep.py --grid \
       --shapes llama-3-8b:1,llama-3-8b:16,llama-3-8b:64,llama-2-7b:16,llama-2-7b:64 --out "$out/attention-decode-sweep.json" ;;
+  splits)
+    step 400 decode-step.log python3 benchmarks/decode_step.py --shapes llama-3-8b,llama-2-7b \
+      --quantizations none,gptq-4bit --batch-sizes 1,4,16 --variants +skinny_gemm --attn-min-split-keys 4,0.5 \
+      --out "$out/decode-step-splits.json" ;;
 esac
 echo "gpu_pending.sh ${1}: $([ $status -eq 0 ] && echo all steps passed || echo some steps failed), files in $out"
 exit $status
