@@ -299,6 +299,14 @@ DECODE_SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)]
 """The Llama-3-8B decode step's fused W4A16 shapes (q/k/v, o, gate/up, down)."""
 
 
+def parse_knob(spec: str) -> tuple[str, list[int]]:
+    """``KEY=V1,V2,...`` (integer values) -> (KEY, [V1, V2, ...]); used by --knob-ab here and decode_step.py."""
+    key, _, values = spec.partition("=")
+    if not key or not values:
+        raise SystemExit(f"expected KEY=V1,V2,... (integers), got {spec!r}")
+    return key, [int(v) for v in values.split(",")]
+
+
 @contextlib.contextmanager
 def knob_on_routes(key: str, value: int) -> Iterator[None]:
     """`key` = `value` in the shipped configs of the one-row, few-row and pipelined routes (what shipping
@@ -372,9 +380,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"device {result['device']} ({result['arch']}); copy {copy_bw / 1e9:.0f} GB/s; fp16 matmul "
           f"{mm_rate / 1e12:.0f} TFLOP/s", flush=True)
     if args.knob_ab:
-        key, _, values = args.knob_ab.partition("=")
-        result["knob_ab"] = knob_ab(copy_bw, key, [int(v) for v in values.split(",")],
-                                    [int(v) for v in args.knob_ab_m.split(",")], DECODE_SHAPES)
+        key, values = parse_knob(args.knob_ab)
+        result["knob_ab"] = knob_ab(copy_bw, key, values, [int(v) for v in args.knob_ab_m.split(",")], DECODE_SHAPES)
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1, default=str)

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from bench_w4a16 import knob_on_routes  # noqa: E402 - this folder is on sys.path when run as a script
+from bench_w4a16 import knob_on_routes, parse_knob  # noqa: E402 - this folder is on sys.path when run as a script
 from optimum_amdx.benchmark.backends import _tensor_bytes, apply_quantization, build_torch_model, resolve_source
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.roofline import ModelGeometry, kv_cache_bytes
@@ -433,8 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     args.variants = [v for v in args.variants.split(",") if v]
     args.pdl = [v for v in args.pdl.split(",") if v]
     args.attn_min_split_keys = [float(v) for v in args.attn_min_split_keys.split(",") if v] or [None]
-    key, _, values = args.w4a16_knob.partition("=")
-    args.w4a16_knob = (key, [int(v) for v in values.split(",")]) if key else ("", [None])
+    args.w4a16_knob = parse_knob(args.w4a16_knob) if args.w4a16_knob else ("", [None])
     args.attn_splits = [None] + [int(x) for x in args.attn_splits.split(",") if x]
     args.gemm_ms = [int(x) for x in args.gemm_ms.split(",") if x]
     if not torch.cuda.is_available():

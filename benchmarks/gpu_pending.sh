@@ -10,7 +10,7 @@
 #   bash benchmarks/gpu_pending.sh e2e-l3    # optimum-amdx benchmark, Llama-3-8B: fp16, GPTQ, GPTQ with a 4-bit lm_head
 #   bash benchmarks/gpu_pending.sh e2e-l2    # the same for Llama-2-7B: fp16, GPTQ
 #   bash benchmarks/gpu_pending.sh m1        # the seven-shape one-row table with the shipped config, then the knob sweep
-#   bash benchmarks/gpu_pending.sh pdl       # programmatic dependent launch: GPU tests with it on, GPTQ decode step off vs on
+#   bash benchmarks/gpu_pending.sh pdl       # programmatic dependent launch: GPU tests with it on, decode step off vs on (fp16, GPTQ, both shapes)
 #   bash benchmarks/gpu_pending.sh attn      # decode attention: the shipped config and split rule against the grid, 1-64 sequences
 #   bash benchmarks/gpu_pending.sh splits    # decode step, fp16 and GPTQ, both shapes: the split rule's 4 key tiles vs round 10's half tile
 set -uo pipefail

@@ -36,10 +36,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._pdl import pdl_begin
 from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, gather_x, split_k
 from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
-from .runtime import compute_units, pdl_for
+from .runtime import compute_units
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -177,10 +176,8 @@ def _w4a16_pipelined_kernel(
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, HALF_DEQ: tl.constexpr = False,
-    UNROLL: tl.constexpr = 1, PDL: tl.constexpr = False,
+    UNROLL: tl.constexpr = 1,
 ):
-    if PDL:  # launched before x's producer ended (`runtime.pdl_enabled`): wait for it before any load of x
-        pdl_begin()
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
     pid = tl.program_id(0)
@@ -310,7 +307,6 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     if cfg.get("UNROLL", 1) not in (1, 2):
         raise ValueError(f"UNROLL={cfg['UNROLL']}: the kernel takes 1 or 2 K tiles per step")
     out = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
-    pdl = pdl_for(x2, "w4a16", m)
     # x in the layout's row order (act-order), zero columns for the padded rows (ragged K)
     x_src = gather_x(x2, w, True) if w.perm is not None or k % TILE else x2
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
@@ -325,7 +321,6 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu",
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and arch != "cpu" and half, UNROLL=int(cfg.get("UNROLL", 1)),
-        PDL=pdl, launch_pdl=pdl,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out

@@ -29,7 +29,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ._pdl import pdl_begin
 from ._w4a16_triton import (
     TILE_K,
     TILE_N,
@@ -46,7 +45,6 @@ from ._w4a16_triton import (
     launch_options,
     stream_grid,
 )
-from .runtime import pdl_for
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -171,7 +169,6 @@ def _w4a16_rows_kernel(
     N, K, KT, NB, stride_xm, stride_om, n_units,
     ROWS: tl.constexpr, GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, XPREP: tl.constexpr,
-    PDL: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     tl.static_assert(ROWS <= 4, "at most 4 rows per program")
@@ -188,8 +185,6 @@ def _w4a16_rows_kernel(
     acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
     acc3 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
     cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
-    if PDL:  # as in the one-row loop: the first tile is on its way before waiting for x's producer
-        pdl_begin()
     for u in range(u0, u1):
         # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
         nxt = tl.load(qw_ptr + tl.minimum(u + 1, u1 - 1) * TILE_WORDS + tile_offs)
@@ -267,9 +262,8 @@ def rows_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
             _w4a16_xpack_kernel[(triton.cdiv(kt * 64, XPACK_BLOCK),)](
                 x2[r], w.perm if w.perm is not None else w.qweight, xp[r], k, kt * 64, HAS_PERM=w.perm is not None,
                 BLOCK=XPACK_BLOCK, num_warps=4)
-    pdl = pdl_for(x2, "w4a16", m)
     key = ("rows", x2.device, m, cfg.get("num_warps"), cfg.get("maxnreg"), gs, w.zeros is not None,
-           bias is not None, k % TILE_K == 0, xprep, pdl)
+           bias is not None, k % TILE_K == 0, xprep)
     grid = stream_grid(n_units, 1, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m * nb)
     ck = _w4a16_rows_kernel[(grid,)](
@@ -277,8 +271,7 @@ def rows_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor]
         bias if bias is not None else w.scales, out, ws, cnt, xp,
         n, k, kt, nb, x2.stride(0), out.stride(0), n_units,
         ROWS=m, GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_N=TILE_N, HAS_ZEROS=w.zeros is not None,
-        HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, XPREP=xprep, PDL=pdl, launch_pdl=pdl,
-        **launch_options(cfg, arch),
+        HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, XPREP=xprep, **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)

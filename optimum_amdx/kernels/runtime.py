@@ -99,7 +99,8 @@ def tensor_family(t: "torch.Tensor") -> str:
 
 
 PDL_KERNELS = ("rmsnorm", "silu_mul", "rope_cache", "attention", "split_reduce", "skinny", "w4a16")
-"""The kernels that take part in programmatic dependent launch (`pdl_enabled`)."""
+"""The kernels that take part in programmatic dependent launch (`pdl_enabled`; "w4a16" is the one-row
+stream kernel: the few-row and pipelined kernels never serve one row)."""
 PDL_MAX_ROWS = 1
 """Launches of more rows (tokens) than this run without programmatic dependent launch. Decode step on an
 H200 (RESULTS.md round10), off -> on: one row 2.6-3.9 % faster in fp16 and 7.3-8.8 % with GPTQ weights
@@ -122,9 +123,9 @@ def set_pdl(enabled: bool, off: tuple[str, ...] = ()) -> None:
 def pdl_enabled(arch: str) -> bool:
     """Whether kernels on `arch` use programmatic dependent launch: an NVIDIA GPU of sm_90 or later (the
     ``griddepcontrol`` instructions; AMD has no counterpart, and the interpreter runs no PTX), unless
-    switched off. Used by the decode step's hot kernels: the producers of a W4A16 call's input say "the
-    next kernel may start" as they begin, and the W4A16 kernels, launched with the attribute, load their
-    first weight tile before waiting for the producer to finish (RESULTS.md round10)."""
+    switched off. Used by the decode step's kernels (`PDL_KERNELS`), each launched with the attribute: as
+    it starts it lets the next kernel launch, then waits for the previous one to finish (`_pdl.pdl_begin`);
+    the one-row W4A16 kernel loads its first weight tile before waiting (RESULTS.md round10)."""
     if not _PDL["on"] or not arch.startswith("sm_"):
         return False
     digits = arch[3:]
@@ -134,6 +135,8 @@ def pdl_enabled(arch: str) -> bool:
 def pdl_for(t: "torch.Tensor", kernel: str, rows: int) -> bool:
     """`pdl_enabled` for a launch of `kernel` (one of `PDL_KERNELS`) over `rows` rows (tokens) on the GPU
     tensor `t` lives on: False on the CPU, under the interpreter and above `PDL_MAX_ROWS` rows."""
+    if kernel not in PDL_KERNELS:
+        raise ValueError(f"unknown PDL kernel {kernel!r}; expected one of {PDL_KERNELS}")
     if interpret_mode() or t.device.type != "cuda" or kernel in _PDL["off"] or rows > PDL_MAX_ROWS:
         return False
     return pdl_enabled(device_arch(t.device.index or 0))

@@ -60,6 +60,42 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 
 
+_PDL_BUILD = """
+import importlib
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from optimum_amdx.devtools.amd_compile import full_signature
+from optimum_amdx.kernels.compile_spec import spec_modules
+
+seen = {}
+for name in spec_modules():
+    for spec in importlib.import_module(name).AMD_COMPILE_SPECS:
+        if spec.kernel not in seen and any(p.name == "PDL" for p in spec.kernel.params):
+            seen[spec.kernel] = spec
+for kernel, spec in seen.items():
+    sig, cons = full_signature(spec)
+    for pdl in (True, False):
+        c = triton.compile(ASTSource(kernel, sig, dict(cons, PDL=pdl)), target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": 4})
+        ptx = c.asm["ptx"]
+        print(kernel.fn.__name__, int(pdl), int("griddepcontrol.wait" in ptx), int("griddepcontrol.launch_dependents" in ptx))
+"""
+
+
+def test_every_pdl_kernel_waits_for_its_producer_only_when_asked():
+    # each kernel that takes part (one AMD spec per kernel, built for sm_90 in a fresh process): with PDL the
+    # launch-dependents and wait instructions are in its PTX, without it (AMD, the interpreter) they are not
+    from .test_w4a16_rows import sm90_build_stdout
+
+    rows = [line.split() for line in sm90_build_stdout(_PDL_BUILD, timeout=600).splitlines() if line.strip()]
+    assert {r[0] for r in rows} == {"_rms_norm_kernel", "_silu_mul_kernel", "_rope_cache_kernel",
+                                    "_unified_attention_kernel", "_split_reduce_kernel", "_skinny_gemm_kernel",
+                                    "_w4a16_stream_kernel"}
+    for name, pdl, waits, launches in rows:
+        assert waits == launches == pdl, (name, pdl, waits, launches)
+
+
 @pytest.mark.parametrize("arch,expected", [("sm_90", True), ("sm_100", True), ("sm_80", False), ("gfx942", False),
                                            ("cpu", False), ("sm_9a", False)])
 def test_programmatic_dependent_launch_only_on_nvidia_sm90_and_later(arch, expected):

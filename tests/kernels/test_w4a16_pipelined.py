@@ -51,7 +51,7 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
                 "EVEN_N": True, "PTX_LOADS": True, "HALF_DEQ": cfg.get("HALF_DEQ", False),
-                "UNROLL": cfg.get("UNROLL", 1), "PDL": True}
+                "UNROLL": cfg.get("UNROLL", 1)}
         s = dict(sig, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
         c = triton.compile(ASTSource(fn=kp._w4a16_pipelined_kernel, signature=s, constexprs=cons, attrs=attrs),

@@ -55,7 +55,7 @@ sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "
        "KT": "i32", "NB": "i32", "stride_xm": "i32", "stride_om": "i32", "n_units": "i32"}
 for rows, chunks, zeros, xprep in ((1, 1, False, False), (4, 2, True, False), (3, 4, True, True)):
     cons = {"ROWS": rows, "GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_N": 128, "HAS_ZEROS": zeros,
-            "HAS_BIAS": True, "EVEN_K": not xprep, "XPREP": xprep, "PDL": True}
+            "HAS_BIAS": True, "EVEN_K": not xprep, "XPREP": xprep}
     s = dict(sig, **{name: "constexpr" for name in cons})
     c = triton.compile(ASTSource(fn=kr._w4a16_rows_kernel, signature=s, constexprs=cons),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 1})
