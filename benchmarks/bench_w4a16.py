@@ -299,18 +299,26 @@ DECODE_SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)]
 """The Llama-3-8B decode step's fused W4A16 shapes (q/k/v, o, gate/up, down)."""
 
 
-def parse_knob(spec: str) -> tuple[str, list[int]]:
-    """``KEY=V1,V2,...`` (integer values) -> (KEY, [V1, V2, ...]); used by --knob-ab here and decode_step.py."""
+def parse_knob(spec: str) -> tuple[str, list[str]]:
+    """``KEY=V1,V2,...`` -> (KEY, [V1, V2, ...]); used by --knob-ab here and decode_step.py. Several knobs
+    move together as ``K1+K2=a+b,c+d`` (each value names one integer per key)."""
     key, _, values = spec.partition("=")
-    if not key or not values:
-        raise SystemExit(f"expected KEY=V1,V2,... (integers), got {spec!r}")
-    return key, [int(v) for v in values.split(",")]
+    vals = values.split(",") if values else []
+    n_keys = len(key.split("+"))
+    ok = bool(key) and bool(vals) and all(len(v.split("+")) == n_keys for v in vals)
+    try:
+        ok = ok and all(int(x) is not None for v in vals for x in v.split("+"))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise SystemExit(f"expected KEY=V1,V2,... or K1+K2=V1+W1,V2+W2 (integers), got {spec!r}")
+    return key, vals
 
 
 @contextlib.contextmanager
-def knob_on_routes(key: str, value: int) -> Iterator[None]:
-    """`key` = `value` in the shipped configs of the one-row, few-row and pipelined routes (what shipping
-    the knob would do), restored on exit."""
+def knob_on_routes(key: str, value: str) -> Iterator[None]:
+    """`key` = `value` (``K1+K2`` = ``a+b`` for several) in the shipped configs of the one-row, few-row and
+    pipelined routes (what shipping the knob would do), restored on exit."""
     from optimum_amdx.kernels import _w4a16_pipelined_ptx as kp
     from optimum_amdx.kernels import _w4a16_rows_ptx as kr
     from optimum_amdx.kernels import _w4a16_triton as kt
@@ -319,7 +327,8 @@ def knob_on_routes(key: str, value: int) -> Iterator[None]:
     saved = [dict(t) for t in tables]
     try:
         for t in tables:
-            t[key] = value
+            for k, v in zip(key.split("+"), str(value).split("+")):
+                t[k] = int(v)
         yield
     finally:
         for t, old in zip(tables, saved):
@@ -327,7 +336,7 @@ def knob_on_routes(key: str, value: int) -> Iterator[None]:
             t.update(old)
 
 
-def knob_ab(copy_bw: float, key: str, values: list[int], ms: list[int], shapes: list[tuple[int, int]]) -> list[dict[str, Any]]:
+def knob_ab(copy_bw: float, key: str, values: list[str], ms: list[int], shapes: list[tuple[int, int]]) -> list[dict[str, Any]]:
     """Each value of an integer knob on the dispatcher's own routes, side by side per shape and row count
     (g128 sym, plus act-order g32 asym on 4096x14336), so one run compares them."""
     rows = []

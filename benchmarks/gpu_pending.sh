@@ -13,10 +13,11 @@
 #   bash benchmarks/gpu_pending.sh pdl       # programmatic dependent launch: GPU tests with it on, decode step off vs on (fp16, GPTQ, both shapes)
 #   bash benchmarks/gpu_pending.sh attn      # decode attention: the shipped config and split rule against the grid, 1-64 sequences
 #   bash benchmarks/gpu_pending.sh splits    # decode step, fp16 and GPTQ, both shapes: the split rule's 4 key tiles vs round 10's half tile
+#   bash benchmarks/gpu_pending.sh step      # one-row loop: divided vs stepped (nb, kt) at 4 and 8 programs per SM, prepared x pairs, then splits (b1, b16) and the W4A16 GPU tests
 set -uo pipefail
 case "${1:-}" in
-  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|splits) ;;
-  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|splits" >&2; exit 2 ;;
+  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|splits|step) ;;
+  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|splits|step" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -74,6 +75,15 @@ case "${1:-}" in
     step 400 decode-step.log python3 benchmarks/decode_step.py --shapes llama-3-8b,llama-2-7b \
       --quantizations none,gptq-4bit --batch-sizes 1,4,16 --variants +skinny_gemm --attn-min-split-keys 4,0.5 \
       --out "$out/decode-step-splits.json" ;;
+  step)
+    step 100 knob-step.log python3 benchmarks/bench_w4a16.py --knob-ab STEP+programs_per_cu=0+8,1+4,1+8 --knob-ab-m 1 \
+      --out "$out/w4a16-knob-step.json"
+    step 70 knob-xprep.log python3 benchmarks/bench_w4a16.py --knob-ab XPREP=0,1 --knob-ab-m 1 --out "$out/w4a16-knob-xprep.json"
+    step 280 decode-step.log python3 benchmarks/decode_step.py --shapes llama-3-8b,llama-2-7b \
+      --quantizations none,gptq-4bit --batch-sizes 1,16 --variants +skinny_gemm --attn-min-split-keys 4,0.5 \
+      --out "$out/decode-step-splits.json"
+    step 120 gputests.log python3 -m pytest -q -p no:cacheprovider -m gpu -x tests/kernels/test_w4a16_stream.py \
+      tests/kernels/test_w4a16.py ;;
 esac
 echo "gpu_pending.sh ${1}: $([ $status -eq 0 ] && echo all steps passed || echo some steps failed), files in $out"
 exit $status
