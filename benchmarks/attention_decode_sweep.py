@@ -70,7 +70,7 @@ def grid(batch: int, kv_heads: int, sms: int) -> list[tuple[dict[str, Any], int]
 def main(argv: list[str] | None = None) -> int:
     from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
     from optimum_amdx.benchmark.timing import graph_ms
-    from optimum_amdx.kernels._paged_attention_triton import unified_attention_triton
+    from optimum_amdx.kernels._paged_attention_triton import unified_attention_triton, unified_config
     from optimum_amdx.kernels.paged_attention import unified_attention
     from optimum_amdx.kernels.runtime import arch_family, device_arch
 
@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eager-default", action="store_true")
     p.add_argument("--prefill", type=int, default=0, metavar="P",
                    help="P-token prompts instead of one-token decode (the floor is then FLOPs; SDPA beside)")
+    p.add_argument("--configs", default="", help="instead of the grid: overrides of the shipped decode config, "
+                   "K=V:K=V;K=V (e.g. maxnreg=128;BLOCK_N=32:maxnreg=128), each at every --splits count")
+    p.add_argument("--splits", default="", help="with --configs: split counts, comma-separated (default: the grid's)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     dtype = torch.float16
@@ -137,8 +140,18 @@ def main(argv: list[str] | None = None) -> int:
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
                 record("sdpa", graph_ms([lambda q=q, kv=kv: torch.nn.functional.scaled_dot_product_attention(
                     q, kv, kv, is_causal=True) for q, kv in zip(sdpa_q, sdpa_kv)]))
-        if args.grid:
-            for cfg, splits in prefill_grid(heads // kv_heads) if args.prefill else grid(batch, kv_heads, sms):
+        if args.grid or args.configs:
+            if args.configs:
+                from bench_w4a16 import parse_configs  # this folder is on sys.path when run as a script
+
+                base = unified_config(family, HEAD_DIM, heads // kv_heads, q_len)
+                split_counts = ([int(v) for v in args.splits.split(",")] if args.splits
+                                else sorted({sp for _, sp in grid(batch, kv_heads, sms)}))
+                cases = [({**base, **over}, sp) for _, over in [("", {})] + parse_configs(args.configs)
+                         for sp in split_counts]
+            else:
+                cases = prefill_grid(heads // kv_heads) if args.prefill else grid(batch, kv_heads, sms)
+            for cfg, splits in cases:
                 try:
                     row = record("grid", graph_ms(calls(cfg, splits), reps=10), cfg, splits)
                 except Exception as exc:  # noqa: BLE001 - a config that does not fit this GPU's shared memory

@@ -315,6 +315,19 @@ def parse_knob(spec: str) -> tuple[str, list[str]]:
     return key, vals
 
 
+def parse_configs(spec: str) -> list[tuple[str, dict[str, int]]]:
+    """``"K=V:K=V;K=V"`` -> named config overrides (";" between configs, ":" between keys; integer values);
+    used by bench_w4a16_prefill.py --pipelined and attention_decode_sweep.py --configs."""
+    out = []
+    for item in filter(None, spec.split(";")):
+        pairs = [kv.split("=") for kv in item.split(":")]
+        try:
+            out.append((item, {key: int(v) for key, v in pairs}))
+        except ValueError:
+            raise SystemExit(f"expected K=V:K=V;... (integers), got {item!r}") from None
+    return out
+
+
 @contextlib.contextmanager
 def knob_on_routes(key: str, value: str) -> Iterator[None]:
     """`key` = `value` (``K1+K2`` = ``a+b`` for several) in the shipped configs of the one-row, few-row and

@@ -12,12 +12,12 @@
 #   bash benchmarks/gpu_pending.sh m1        # the seven-shape one-row table with the shipped config, then the knob sweep
 #   bash benchmarks/gpu_pending.sh pdl       # programmatic dependent launch: GPU tests with it on, decode step off vs on (fp16, GPTQ, both shapes)
 #   bash benchmarks/gpu_pending.sh attn      # decode attention: the shipped config and split rule against the grid, 1-64 sequences
-#   bash benchmarks/gpu_pending.sh splits    # decode step, fp16 and GPTQ, both shapes: the split rule's 4 key tiles vs round 10's half tile
-#   bash benchmarks/gpu_pending.sh step      # one-row loop: divided vs stepped (nb, kt) at 4 and 8 programs per SM, prepared x pairs, then splits (b1, b16) and the W4A16 GPU tests
+#   bash benchmarks/gpu_pending.sh prefill   # 512-2048-row projections: fp16, dequant + BLAS and the fused GEMMs (pipelined configs), both shapes
+#   bash benchmarks/gpu_pending.sh attncfg   # decode attention: the shipped config against register caps and one stage, at 1-16 splits
 set -uo pipefail
 case "${1:-}" in
-  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|splits|step) ;;
-  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|splits|step" >&2; exit 2 ;;
+  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg) ;;
+  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -71,19 +71,15 @@ case "${1:-}" in
   attn)
     step 500 attention-sweep.log python3 benchmarks/attention_decode_sweep.py --grid \
       --shapes llama-3-8b:1,llama-3-8b:16,llama-3-8b:64,llama-2-7b:16,llama-2-7b:64 --out "$out/attention-decode-sweep.json" ;;
-  splits)
-    step 400 decode-step.log python3 benchmarks/decode_step.py --shapes llama-3-8b,llama-2-7b \
-      --quantizations none,gptq-4bit --batch-sizes 1,4,16 --variants +skinny_gemm --attn-min-split-keys 4,0.5 \
-      --out "$out/decode-step-splits.json" ;;
-  step)
-    step 100 knob-step.log python3 benchmarks/bench_w4a16.py --knob-ab STEP+programs_per_cu=0+8,1+4,1+8 --knob-ab-m 1 \
-      --out "$out/w4a16-knob-step.json"
-    step 70 knob-xprep.log python3 benchmarks/bench_w4a16.py --knob-ab XPREP=0,1 --knob-ab-m 1 --out "$out/w4a16-knob-xprep.json"
-    step 280 decode-step.log python3 benchmarks/decode_step.py --shapes llama-3-8b,llama-2-7b \
-      --quantizations none,gptq-4bit --batch-sizes 1,16 --variants +skinny_gemm --attn-min-split-keys 4,0.5 \
-      --out "$out/decode-step-splits.json"
-    step 120 gputests.log python3 -m pytest -q -p no:cacheprovider -m gpu -x tests/kernels/test_w4a16_stream.py \
-      tests/kernels/test_w4a16.py ;;
+  prefill)
+    step 400 prefill.log python3 benchmarks/bench_w4a16_prefill.py --rows 512,1024,2048 --fused \
+      --pipelined "HALF_DEQ=1;BLOCK_M=128:HALF_DEQ=1;BLOCK_M=128:num_warps=4:HALF_DEQ=1;BLOCK_M=128:BLOCK_N=64:num_warps=4:HALF_DEQ=1" \
+      --out "$out/w4a16-prefill.json" ;;
+  attncfg)
+    step 420 attention-configs.log python3 benchmarks/attention_decode_sweep.py \
+      --shapes llama-3-8b:16,llama-3-8b:64,llama-2-7b:16,llama-2-7b:64,llama-3-8b:1,llama-3-8b:4 \
+      --configs "maxnreg=128;maxnreg=128:num_stages=1;maxnreg=96;BLOCK_N=32:maxnreg=128;num_stages=3:maxnreg=128" \
+      --splits 1,2,3,4,6,8,16 --out "$out/attention-configs.json" ;;
 esac
 echo "gpu_pending.sh ${1}: $([ $status -eq 0 ] && echo all steps passed || echo some steps failed), files in $out"
 exit $status

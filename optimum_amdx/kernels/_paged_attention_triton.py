@@ -115,7 +115,9 @@ MIN_SPLIT_KEYS: dict[str, float] = {"hopper": 0.5, "nvidia": 0.5}
 513-token context (`attention_decode_sweep.py --grid`, RESULTS.md round10): one Llama-3-8B sequence took
 12.9 us per layer with the 4-tile rule (2 splits) against 8.9 / 8.0 / 9.2 us with 8 / 16 / 32 splits of
 64-key tiles, and 16 sequences 20.3 us (2 splits) against 19.5 (4). The AMD families keep 4 tiles until
-measured there."""
+measured there. Only calls that pass no split count use it: the paged engine sizes its own splits
+(`PagedModel.decode_splits`, one 64-key tile per split), which is why the decode step did not move with
+this rule (RESULTS.md round11)."""
 
 
 def choose_num_splits(

@@ -593,7 +593,7 @@ def _w4a16_stream_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
-    LOOKAHEAD: tl.constexpr = False, PDL: tl.constexpr = False, STEP: tl.constexpr = False,
+    LOOKAHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -626,8 +626,6 @@ def _w4a16_stream_kernel(
         cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
     if PDL:  # launched before x's producer ended (`runtime.pdl_enabled`): the first tile is on its way; wait
         pdl_begin()
-    nb = u0 // KT
-    kt = u0 - nb * KT
     for u in tl.range(u0, u1, num_stages=STAGES):
         if PIPELINE:  # Triton's pipeliner keeps STAGES - 1 tiles in flight (async copies on sm_80+)
             cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
@@ -636,9 +634,8 @@ def _w4a16_stream_kernel(
             nxt = tl.load(qw_ptr + tl.minimum(u + 1, u1 - 1) * TILE_WORDS + tile_offs)
             if FENCE:  # keeps the compiler (ptxas) from sinking the prefetch below the compute of `cur`
                 tl.debug_barrier()
-        if not STEP:  # STEP: (nb, kt) stepped along at the loop's end instead (no division per tile)
-            nb = u // KT
-            kt = u - nb * KT
+        nb = u // KT
+        kt = u - nb * KT
         k0 = kt * 128
         offs_n = nb * BLOCK_N + offs_loc
         w_l16 = cur << 16
@@ -739,10 +736,6 @@ def _w4a16_stream_kernel(
                 acc2 = tl.zeros([BLOCK_N, R], dtype=tl.float32)
             else:
                 acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        if STEP:
-            wrap = kt + 1 == KT
-            nb += wrap.to(tl.int32)
-            kt = tl.where(wrap, 0, kt + 1)
 
 
 @triton.jit
@@ -943,8 +936,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
             BLOCK=XPACK_BLOCK, num_warps=4)
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
-           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead, pdl,
-           bool(cfg.get("STEP", False)))
+           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead, pdl)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
     ck = _w4a16_stream_kernel[(grid, m_blocks)](
@@ -955,7 +947,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
-        LOOKAHEAD=lookahead, PDL=pdl, STEP=bool(cfg.get("STEP", False)), launch_pdl=pdl, **launch_options(cfg, arch),
+        LOOKAHEAD=lookahead, PDL=pdl, launch_pdl=pdl, **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)

@@ -147,7 +147,7 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-LAUNCH_OPTION_KEYS = frozenset({"num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack"})
+LAUNCH_OPTION_KEYS = frozenset({"num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack", "maxnreg"})
 """Keys of a launch config that are compile options rather than constexpr tile sizes."""
 
 

@@ -226,18 +226,18 @@ GEMV_CASES = [
 
 
 @pytest.mark.parametrize("m,k,n,group,sym,act_order,fmt,dtype", GEMV_CASES)
-@pytest.mark.parametrize("programs,step", [(1, False), (3, False), (2, True)])
-def test_stream_every_m_and_split(m, k, n, group, sym, act_order, fmt, dtype, programs, step):
+@pytest.mark.parametrize("programs", [1, 2, 3])
+def test_stream_every_m_and_split(m, k, n, group, sym, act_order, fmt, dtype, programs):
     """The stream kernel for every small M, one program (direct stores) or several splitting the
-    tile stream (partial sums through the workspace and the ticket); `step`: the (column block, K
-    tile) of each unit stepped along instead of divided out (shares start mid-block)."""
+    tile stream (partial sums through the workspace and the ticket; with two programs on 3 x 3 tiles
+    the shares start and end mid-block)."""
     qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=7 * m + k + n)
     w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), bits=4,
                             group_size=group, checkpoint_format=fmt)
     g = torch.Generator().manual_seed(m * 31 + k)
     x = torch.randn(m, k, generator=g).to(dtype).to(DEVICE)
     bias = torch.randn(n, generator=g).to(dtype).to(DEVICE) if (m + programs) % 2 else None
-    cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs, "STEP": step}
+    cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs}
     out = w4a16_matmul(x, w, bias, config=cfg, route="stream")
     exact = x.float() @ expected.to(DEVICE) + (bias.float() if bias is not None else 0)
     tol = 2e-2 if dtype == torch.float16 else 6e-2

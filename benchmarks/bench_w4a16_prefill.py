@@ -1,0 +1,112 @@
+"""W4A16 prefill matmuls (hundreds of rows) on a GPU: dequant + BLAS against the fused GEMMs.
+
+A prompt's projections are compute-bound in fp16, so a GPTQ prefill should cost what fp16 costs plus the
+dequantization. The shipped route for many rows writes the dense fp16 weight (`_w4a16_triton.
+dequant_matmul`) and lets the BLAS read it back; the fused GEMMs never write it. Per Llama shape and row
+count, side by side in one run: torch fp16 on the dense weight (the reference), the dequant route, and
+(`--fused`) the pipelined fused GEMM (its own config for the row count, and `--pipelined` overrides) and
+the plain fused GEMM. Times are medians of graph replays over enough weight copies that L2 cannot hold
+them (`--eager`: launched from Python), each with its ratio to fp16; the per-layer sum says what a
+512-token TTFT should move. Prints a table and writes JSON (--out).
+Usage: python benchmarks/bench_w4a16_prefill.py --rows 512,1024,2048 --fused \
+           --pipelined "HALF_DEQ=1;BLOCK_M=128:num_warps=4:HALF_DEQ=1" --out prefill.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+import torch
+
+from optimum_amdx.benchmark.timing import device_ms, graph_ms, l2_cold_copies
+from optimum_amdx.kernels import _w4a16_triton as kt
+from optimum_amdx.kernels.runtime import device_arch
+from optimum_amdx.kernels.w4a16 import WIDE_N, w4a16_matmul
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from bench_w4a16 import _clone, parse_configs, random_gptq  # noqa: E402 - this folder is on sys.path when run as a script
+
+LAYERS = {  # (K, N) of one decoder layer's projections, q/k/v and gate/up fused as the engine runs them
+    "llama-3-8b": [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)],
+    "llama-2-7b": [(4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096)],
+}
+
+
+def time_calls(calls: list[Callable[[], Any]], eager: bool) -> float:
+    """Median ms of one call, cycling over `calls` (one per weight copy, so L2 starts cold)."""
+    if eager:
+        it = iter(range(1 << 30))
+        return device_ms(lambda: calls[next(it) % len(calls)]())
+    return graph_ms(calls)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", default="512", help="row counts (prompt tokens), comma-separated")
+    p.add_argument("--shapes", default="llama-3-8b,llama-2-7b", help=f"layers of {sorted(LAYERS)}")
+    p.add_argument("--fused", action="store_true", help="also the fused GEMM routes (no dense weight written)")
+    p.add_argument("--pipelined", default="", help="overrides of the pipelined GEMM's config: K=V:K=V;K=V...")
+    p.add_argument("--eager", action="store_true", help="launch from Python instead of replaying a graph")
+    p.add_argument("--out", help="write results as JSON here")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_w4a16_prefill.py needs a GPU")
+    rows_list = [int(v) for v in args.rows.split(",")]
+    arch = device_arch()
+    print(f"device {torch.cuda.get_device_name()} ({arch}); {'eager' if args.eager else 'graph replay'}", flush=True)
+    results: list[dict[str, Any]] = []
+    for shape in args.shapes.split(","):
+        for k, n in LAYERS[shape]:
+            w0, _ = random_gptq(k, n, 128, False, seed=k + n)
+            copies = l2_cold_copies(k * n * 2)
+            ws = [w0] + [_clone(w0) for _ in range(copies - 1)]
+            dense = [kt.dequantize_dense(w, torch.float16, arch) for w in ws]
+            for m in rows_list:
+                x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+                ref = torch.nn.functional.linear(x, dense[0])
+                r: dict[str, Any] = {"shape": shape, "K": k, "N": n, "M": m, "us": {}, "max_rel_err": {}}
+                r["us"]["fp16"] = 1e3 * time_calls([lambda d=d: torch.nn.functional.linear(x, d) for d in dense], args.eager)
+                variants: list[tuple[str, Callable[[Any], torch.Tensor]]] = [
+                    ("dequant", lambda w: w4a16_matmul(x, w, route="dequant"))]
+                if args.fused:
+                    from optimum_amdx.kernels import _w4a16_pipelined_ptx as kp
+
+                    base_cfg = kp.pipelined_config(m, k, n < WIDE_N)
+                    variants.append(("pipelined", lambda w: w4a16_matmul(x, w, route="pipelined")))
+                    for label, over in parse_configs(args.pipelined):
+                        variants.append((f"pipelined[{label}]", lambda w, c={**base_cfg, **over}:
+                                         w4a16_matmul(x, w, route="pipelined", config=c)))
+                    variants.append(("gemm", lambda w: w4a16_matmul(x, w, route="gemm")))
+                for name, fn in variants:
+                    try:
+                        err = (fn(w0).float() - ref.float()).abs().max().item() / ref.float().abs().max().item()
+                        r["us"][name] = 1e3 * time_calls([lambda w=w, fn=fn: fn(w) for w in ws], args.eager)
+                    except Exception as e:  # a config that does not build or run here: say so, go on
+                        print(f"  {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                        r.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"[:500]
+                        continue
+                    r["max_rel_err"][name] = err
+                base = r["us"]["fp16"]
+                print(f"{shape} {k:>5}x{n:<5} M={m:<5} " + "  ".join(
+                    f"{v}: {t:7.1f} us ({t / base:.2f}x)" for v, t in r["us"].items()), flush=True)
+                results.append(r)
+            del ws, dense
+            torch.cuda.empty_cache()
+    print("\nper layer (sum of the four projections), us, and the ratio to fp16:")
+    for shape in args.shapes.split(","):
+        for m in rows_list:
+            rs = [r for r in results if r["shape"] == shape and r["M"] == m]
+            tot = {v: sum(r["us"].get(v, float("nan")) for r in rs) for v in rs[0]["us"]}
+            print(f"  {shape} M={m}: " + "  ".join(f"{v}: {t:7.1f} ({t / tot['fp16']:.2f}x)" for v, t in tot.items()))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "eager": args.eager,
+                       "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
