@@ -187,7 +187,6 @@ def _m1_plane(x_ptr, perm_ptr, packed, w_l16, w_l8, w_r8, w_r16, e7_bits, k0, of
 # weights) costs 1 shift + 4 LOP3 + 4 bias ops + 4 HFMA2 + the conversion of its fp16x2 sum to
 # float32 (at most 4 products per half are summed in fp16 before that). The scale is applied in
 # float32, once per word and group.
-_PAIR_ASM = tl.constexpr("mov.b32 $0, {$1, $2};")
 
 _DOT8_HEAD = """{
 .reg .b32 w8, p0, p1, p2, p3, c16, a, b;
@@ -329,8 +328,10 @@ def _dot32(acc, w, x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3, CHUNKS: t
 
 @triton.jit
 def _pair_h2(lo, hi):
-    """fp16 tensors -> int32 holding the fp16x2 pair (lo, hi)."""
-    return tl.inline_asm_elementwise(_PAIR_ASM, "=r,h,h", [lo, hi], dtype=tl.int32, is_pure=True, pack=1)
+    """fp16 tensors -> int32 holding the fp16x2 pair (lo, hi). Plain integer ops, not inline asm: the
+    compiler can see that the copies of a pair held for each column a thread owns are one value (with
+    asm it built every pair once per column: 32 instead of 16 PRMT per tile in the one-row loop, sm_90)."""
+    return (lo.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
 
 
 @triton.jit
@@ -780,7 +781,12 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # every dot tile; 32-row tiles beat 64 at 33..64 rows; one joined dot per tile beats one dot per
     # nibble plane by 1.3-2.5x. waves_per_eu stays 0 on AMD (Triton passes it to LLVM as "N, N",
     # which caps occupancy at N).
-    "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8},
+    # One row, one scale group per tile, at least `wide_min_units_per_cu` tiles per SM (4096x28672 and
+    # wider): programs of 4 warps, 8 per SM instead of 4 of 8 warps, so twice the tiles in flight (H200,
+    # RESULTS.md round11: 8192x28672 62.3 -> 65.1 % of copy, 4096x28672 23.7 -> 22.1 us; fewer tiles lose:
+    # more sharers per column block, and group 32 lost everywhere).
+    "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8, "wide_min_units_per_cu": 40,
+                   "wide_num_warps": 4},
                16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8},
                64: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 8},
                255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8}},
@@ -818,6 +824,15 @@ def stream_config(arch: str, m: int) -> dict[str, Any]:
         if m <= rows:
             return dict(table[rows])
     return dict(table[max(table)])
+
+
+def wide_rule(cfg: dict[str, Any], n_units: int, chunks: int, cus: int) -> dict[str, Any]:
+    """`cfg` with ``wide_num_warps`` as its warps when it names a ``wide_min_units_per_cu`` and the call
+    has one row, one scale group per tile and at least that many tiles per CU/SM (see STREAM_CONFIGS)."""
+    if (cfg["BLOCK_M"] == 1 and chunks == 1 and cfg.get("wide_min_units_per_cu")
+            and n_units >= cfg["wide_min_units_per_cu"] * cus):
+        return dict(cfg, num_warps=cfg["wide_num_warps"])
+    return cfg
 
 
 def launch_options(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
@@ -924,6 +939,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     if m_blocks * block_m > WS_ROWS:
         raise ValueError(f"the stream kernel takes at most {WS_ROWS} rows")
     gs = _group_arg(w)
+    cfg = wide_rule(cfg, n_units, _chunks(gs), compute_units(x2.device))
     packed = packed_route(cfg, arch, x2.dtype, _chunks(gs))
     lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
     pdl = not lookahead and pdl_for(x2, "w4a16", m)

@@ -78,3 +78,18 @@ def test_packed_one_row_matches_exact(k, n, group, sym, act_order, fmt, cfg):
     scale = exact.abs().max().item()
     # fp16 products and short fp16 sums: well inside the fp16 kernels' usual 2e-2 of the largest output
     assert (out.double() - exact).abs().max().item() <= 4e-3 * scale
+
+
+def test_wide_one_row_calls_take_smaller_programs():
+    """The hopper one-row config: 4-warp programs only for one scale group per tile and at least
+    `wide_min_units_per_cu` tiles per SM (4096x28672: 7168 tiles on 132 SMs); otherwise unchanged."""
+    from optimum_amdx.kernels._w4a16_triton import stream_config, wide_rule
+
+    cfg = stream_config("sm_90", 1)
+    assert cfg["num_warps"] == 8 and cfg["wide_num_warps"] == 4
+    assert wide_rule(cfg, 7168, 1, 132)["num_warps"] == 4
+    assert wide_rule(cfg, 3584, 1, 132)["num_warps"] == 8  # 4096x14336: too few tiles per SM
+    assert wide_rule(cfg, 7168, 4, 132)["num_warps"] == 8  # group 32
+    assert wide_rule(stream_config("sm_90", 16), 7168, 1, 132)["num_warps"] == 8
+    assert wide_rule(stream_config("gfx942", 1), 7168, 1, 304) == stream_config("gfx942", 1)
+
