@@ -950,12 +950,6 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         _w4a16_xpack_kernel[(triton.cdiv(kt * 64, XPACK_BLOCK),)](
             x2, w.perm if w.perm is not None else w.qweight, xp, k, kt * 64, HAS_PERM=w.perm is not None,
             BLOCK=XPACK_BLOCK, num_warps=4)
-    if packed and not lookahead and cfg.get("TMA"):
-        from . import _w4a16_row_tma as tma
-
-        if tma.tma_eligible(arch):  # the same loop with its tiles streamed by TMA (sm_90+)
-            tma.row_tma_matmul(x2, w, bias, out, xp, xprep, cfg, pdl)
-            return
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
            bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead, pdl)

@@ -65,7 +65,7 @@ PACKED_CASES = [
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
 @pytest.mark.parametrize("cfg", [{}, {"programs": 3}, {"XPREP": True}, {"PACK4": False}, {"num_warps": 8},
                                  {"LOOKAHEAD": True}, {"LOOKAHEAD": True, "FENCE": 2, "programs": 3},
-                                 {"maxnreg": 72}, {"TMA": True}, {"TMA": True, "programs": 3, "TMA_STAGES": 4}])
+                                 {"maxnreg": 72}])
 def test_packed_one_row_matches_exact(k, n, group, sym, act_order, fmt, cfg):
     qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=k + n + group)
     w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=group,
