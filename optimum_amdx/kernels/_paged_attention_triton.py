@@ -303,6 +303,7 @@ def _unified_attention_kernel(
     FUSED_REDUCE: tl.constexpr = False,
     SPLITS_PAD: tl.constexpr = 1,
     PDL: tl.constexpr = False,
+    ONE_TOKEN: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
         pdl_begin()
@@ -310,10 +311,18 @@ def _unified_attention_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
 
-    seq = _find_sequence(qsl_ptr, q_block, num_seqs, BLOCK_Q)
+    # ONE_TOKEN (every sequence has one query token, a decode step): query block i is sequence i, and the
+    # binary search's chain of dependent loads (log2(num_seqs) + 1 of them) before the first K/V load goes
+    if ONE_TOKEN:
+        seq = q_block
+    else:
+        seq = _find_sequence(qsl_ptr, q_block, num_seqs, BLOCK_Q)
     q_start = tl.load(qsl_ptr + seq)
     q_len = tl.load(qsl_ptr + seq + 1) - q_start
-    q_block_local = q_block - (q_start // BLOCK_Q + seq)
+    if ONE_TOKEN:
+        q_block_local = 0
+    else:
+        q_block_local = q_block - (q_start // BLOCK_Q + seq)
     if q_block_local * BLOCK_Q >= q_len:
         return
     seq_len = tl.load(seq_lens_ptr + seq)
@@ -530,7 +539,8 @@ def unified_attention_triton(
     consts, launch = split_launch_options(cfg)
     block_m = consts["BLOCK_M"]
     block_q = max(1, block_m // num_qpk)
-    num_q_blocks = total_q // block_q + num_seqs
+    one_token = max_query_len == 1 and total_q == num_seqs  # a decode step: one query block per sequence
+    num_q_blocks = num_seqs if one_token else total_q // block_q + num_seqs
     if num_splits is None:
         num_splits = choose_num_splits(
             family, num_seqs, num_kv_heads, max_seq_len, max_query_len, compute_units(q.device), consts["BLOCK_N"]
@@ -558,7 +568,8 @@ def unified_attention_triton(
         NUM_QPK=num_qpk, BLOCK_M=block_m, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
         BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
         NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), FUSED_REDUCE=counters is not None,
-        SPLITS_PAD=next_pow2(num_splits), PDL=pdl, launch_pdl=pdl, **launch, **PINNED_COMPILE_OPTIONS,
+        SPLITS_PAD=next_pow2(num_splits), PDL=pdl, ONE_TOKEN=one_token, launch_pdl=pdl, **launch,
+        **PINNED_COMPILE_OPTIONS,
     )
     if num_splits > 1 and counters is None:
         reduce_pdl = pdl_for(q, "split_reduce", total_q)
@@ -595,6 +606,7 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
             "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim, "BLOCK_N": consts["BLOCK_N"], "PAGE_SIZE": 16,
             "USE_WINDOW": window, "NUM_SPLITS": num_splits, "USE_SOFTCAP": softcap,
             "FUSED_REDUCE": False, "SPLITS_PAD": next_pow2(num_splits),  # AMD keeps the reduce kernel
+            "ONE_TOKEN": max_query_len == 1,  # decode steps: one query token per sequence
         }
         return consts, launch
 

@@ -92,6 +92,15 @@ def test_query_block_spanning_many_tokens_fp32():
     check(batch, torch.float32)
 
 
+@pytest.mark.parametrize("num_splits", [1, 4])
+@pytest.mark.parametrize("q_lens", [[1, 1, 1, 1, 1], [1, 0, 1, 1, 1]])
+def test_one_token_per_sequence_decode(num_splits, q_lens):
+    """A decode step (one query token per sequence: query block i is sequence i, no search) against
+    the reference, and a step where one sequence has no token (then the search runs as for prefill)."""
+    batch = make_batch(6, [1, 33, 64, 90, 17], q_lens, 8, 2, 64, 16, torch.float16)
+    check(batch, torch.float16, num_splits=num_splits)
+
+
 @pytest.mark.parametrize("num_splits", [2, 3, 8])
 def test_split_k_agrees_with_single_pass(num_splits):
     batch = make_batch(5, [150, 7, 64], [1, 1, 2], 8, 2, 128, 16, torch.float16)
