@@ -139,6 +139,24 @@ def choose_num_splits(
     return splits
 
 
+DECODE_FEW_PROGRAMS: dict[str, dict[str, Any]] = {"hopper": {"per_cu": 4, "num_stages": 1, "maxnreg": 128}}
+"""Per family: launch options of a decode launch (one query token per sequence) of at most ``per_cu``
+programs per compute unit. Hopper, H200 sweep at a 513-token context (benchmarks/RESULTS.md round11):
+one stage and 128 registers took Llama-3-8B at 1 / 4 / 16 sequences to 6.7 / 10.1 / 17.8 us per layer
+(16 / 16 / 8 splits) against 7.6 / 11.0 / 18.0 with two stages (each at its best split count), and 512
+programs of Llama-2-7B x 16 to
+41.6 against 42.3; with 2048 programs (Llama-2-7B x 64) two stages stay faster (142.7 against 146.2)."""
+
+
+def decode_launch_options(family: str, launch: dict[str, Any], programs: int, cus: int) -> dict[str, Any]:
+    """`launch` with the family's `DECODE_FEW_PROGRAMS` options for a decode launch of `programs`
+    programs (sequences x KV heads x splits) on `cus` compute units; unchanged otherwise."""
+    few = DECODE_FEW_PROGRAMS.get(family)
+    if few is None or programs > few["per_cu"] * cus:
+        return launch
+    return {**launch, **{k: v for k, v in few.items() if k != "per_cu"}}
+
+
 def reshape_cache_config(family: str) -> dict[str, Any]:
     """Launch options of `reshape_and_cache`: one program per token, a pure copy, same on every family."""
     del family
@@ -546,6 +564,8 @@ def unified_attention_triton(
             family, num_seqs, num_kv_heads, max_seq_len, max_query_len, compute_units(q.device), consts["BLOCK_N"]
         )
     num_splits = max(1, int(num_splits))
+    if config is None and one_token:
+        launch = decode_launch_options(family, launch, num_seqs * num_kv_heads * num_splits, compute_units(q.device))
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
     pdl = pdl_for(q, "attention", total_q)
     counters = None

@@ -36,7 +36,7 @@ from ..kernels.paged_attention import reshape_and_cache, unified_attention
 from ..kernels.rmsnorm import rms_norm
 from ..kernels.rope_cache import rotary_and_cache_
 from ..kernels.rotary import rotary_embedding_
-from ..kernels.runtime import compute_units
+from ..kernels.runtime import arch_family, compute_units, device_arch
 from ..kernels.skinny_gemm import skinny_gemm, skinny_gemm_norm, skinny_max_m
 from .cache import CacheLayout, PagedKVCache
 from .families import LayerParts, decoder_parts, supported_model_types
@@ -46,6 +46,13 @@ SUPPORTED_MODEL_TYPES = supported_model_types()
 
 DECODE_SPLIT_KEYS = 64
 """Keys per decode-attention split: the decode key tile of the attention kernel on CUDA and CDNA."""
+DECODE_SPLITS: dict[str, tuple[int, int]] = {"hopper": (32, 4)}
+"""Per GPU family: (keys per decode-attention split, programs per compute unit the splits may fill);
+other families split by `DECODE_SPLIT_KEYS` up to 4 programs per compute unit. Hopper: H200 sweep at a
+513-token context (benchmarks/RESULTS.md round11): 16 splits for one Llama-3-8B sequence took 6.7 us
+per layer against 8.1 with 8, with the one-stage decode config of
+`_paged_attention_triton.decode_launch_options` (which only serves up to 4 programs per SM: filling 8
+made the decode step 1.5-2.6 % slower at 4 and 16 sequences)."""
 
 
 @dataclass
@@ -307,6 +314,8 @@ class PagedDecoder:
         self.cos, self.sin = self.layers[0].cos, self.layers[0].sin
         self.fusions = DecodeFusions()
         self._num_sms = compute_units(self.device)
+        family = arch_family(device_arch(self.device.index or 0)) if self.device.type == "cuda" else "cpu"
+        self._split_keys, self._split_per_cu = DECODE_SPLITS.get(family, (DECODE_SPLIT_KEYS, 4))
 
     def cache_layout(self, block_size: int, dtype: torch.dtype | None = None) -> CacheLayout:
         """The paged-pool layout this model needs."""
@@ -321,7 +330,7 @@ class PagedDecoder:
         keys into one `DECODE_SPLIT_KEYS`-key tile per program, up to 4 programs per compute unit,
         measured 0.47 -> 0.24 ms per step at batch 1 and 512 tokens of context on an H200 with 128-key
         tiles, and 64-key tiles (the decode tile since) took another 10 -> 8 us per layer on an H100
-        (benchmarks/RESULTS.md). The kernel sizes splits from the actual lengths, so a graph captured
+        (benchmarks/RESULTS.md); Hopper splits finer (`DECODE_SPLITS`). The kernel sizes splits from the actual lengths, so a graph captured
         for `max_seq_len` stays right for shorter contexts (empty splits write nothing).
         """
         choice = self.fusions.decode_splits
@@ -334,7 +343,7 @@ class PagedDecoder:
         programs = num_seqs * self.num_kv_heads
         if programs >= self._num_sms:
             return None
-        return max(1, min(64, 4 * self._num_sms // programs, -(-max_seq_len // DECODE_SPLIT_KEYS)))
+        return max(1, min(64, self._split_per_cu * self._num_sms // programs, -(-max_seq_len // self._split_keys)))
 
     def _linear_fn(self, tokens: int) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
         """The matmul for a step of `tokens` rows: our skinny GEMM where this GPU family takes it, else F.linear."""

@@ -267,3 +267,15 @@ def test_fused_split_reduce_matches_the_reduce_kernel_and_leaves_counters_at_zer
     counters = split_counters(batch["q"].device, 1)
     if counters is not None:
         assert int(counters.abs().sum()) == 0
+
+
+def test_decode_launch_options_only_for_few_programs_on_hopper():
+    """One stage and a register cap for Hopper decode launches of at most 4 programs per SM; more
+    programs, or another family, keep the config's own options."""
+    from optimum_amdx.kernels._paged_attention_triton import decode_launch_options
+
+    base = {"num_warps": 4, "num_stages": 2}
+    assert decode_launch_options("hopper", base, 512, 132) == {"num_warps": 4, "num_stages": 1, "maxnreg": 128}
+    assert decode_launch_options("hopper", base, 2048, 132) == base
+    assert decode_launch_options("cdna3", base, 64, 304) == base
+

@@ -26,6 +26,16 @@ def test_decode_splits_one_tile_per_program_while_the_grid_is_under_a_wave():
     assert dec.decode_splits(1, 7, 4096) is None  # not a pure decode step
 
 
+def test_decode_splits_on_hopper_are_finer():
+    from optimum_amdx.modeling.paged_model import DECODE_SPLITS
+
+    dec = _decoder()  # 2 KV heads
+    dec._split_keys, dec._split_per_cu = DECODE_SPLITS["hopper"]  # what a sm_90 device sets at build
+    assert dec.decode_splits(1, 1, 576) == 18  # ceil(576 / 32)
+    assert dec.decode_splits(40, 1, 4096) == 6  # 80 programs: up to 4 * 132 // 80 splits
+    assert dec.decode_splits(66, 1, 4096) is None
+
+
 def test_decode_splits_switch():
     dec = _decoder()
     dec.fusions = DecodeFusions(decode_splits=0)
