@@ -305,12 +305,12 @@ def parse_knob(spec: str) -> tuple[str, list[str]]:
     key, _, values = spec.partition("=")
     vals = values.split(",") if values else []
     n_keys = len(key.split("+"))
-    ok = bool(key) and bool(vals) and all(len(v.split("+")) == n_keys for v in vals)
-    try:
-        ok = ok and all(int(x) is not None for v in vals for x in v.split("+"))
-    except ValueError:
-        ok = False
-    if not ok:
+
+    def one_int_per_key(value: str) -> bool:
+        parts = value.split("+")
+        return len(parts) == n_keys and all(p.lstrip("-").isdigit() for p in parts)
+
+    if not key or not vals or not all(one_int_per_key(v) for v in vals):
         raise SystemExit(f"expected KEY=V1,V2,... or K1+K2=V1+W1,V2+W2 (integers), got {spec!r}")
     return key, vals
 

@@ -1,8 +1,9 @@
 """One W4A16 call per case, for Nsight Compute (`ncu --clock-control none -k regex:w4a16 python ...`).
 
-Each case runs twice (profile the second: ``--launch-skip 1``; the first sizes the grid) after compilation on a fresh random GPTQ weight (g128, symmetric); no timing
-here: ncu replays each kernel and reads its counters (DRAM throughput, sectors per request,
-stall reasons, achieved occupancy). A case may end in ``:KEY=V,...`` (integer stream-config knobs).
+Each case runs twice (profile the second: ``--launch-skip 1``; the first sizes the grid) after
+compilation, on a fresh random GPTQ weight (g128, symmetric); no timing here: ncu replays each kernel
+and reads its counters (DRAM throughput, sectors per request, stall reasons, achieved occupancy). A case
+may end in ``:KEY=V,...`` (integer stream-config knobs).
 Usage: python benchmarks/profile_w4a16.py 1x4096x14336 1x4096x14336:num_warps=4 16x4096x14336
 """
 

@@ -116,8 +116,8 @@ MIN_SPLIT_KEYS: dict[str, float] = {"hopper": 0.5, "nvidia": 0.5}
 12.9 us per layer with the 4-tile rule (2 splits) against 8.9 / 8.0 / 9.2 us with 8 / 16 / 32 splits of
 64-key tiles, and 16 sequences 20.3 us (2 splits) against 19.5 (4). The AMD families keep 4 tiles until
 measured there. Only calls that pass no split count use it: the paged engine sizes its own splits
-(`PagedModel.decode_splits`, one 64-key tile per split), which is why the decode step did not move with
-this rule (RESULTS.md round11)."""
+(`PagedModel.decode_splits`: `DECODE_SPLIT_KEYS`, or the family's `DECODE_SPLITS`), which is why the
+decode step did not move with this rule (RESULTS.md round11)."""
 
 
 def choose_num_splits(
@@ -144,8 +144,8 @@ DECODE_FEW_PROGRAMS: dict[str, dict[str, Any]] = {"hopper": {"per_cu": 4, "num_s
 programs per compute unit. Hopper, H200 sweep at a 513-token context (benchmarks/RESULTS.md round11):
 one stage and 128 registers took Llama-3-8B at 1 / 4 / 16 sequences to 6.7 / 10.1 / 17.8 us per layer
 (16 / 16 / 8 splits) against 7.6 / 11.0 / 18.0 with two stages (each at its best split count), and 512
-programs of Llama-2-7B x 16 to
-41.6 against 42.3; with 2048 programs (Llama-2-7B x 64) two stages stay faster (142.7 against 146.2)."""
+programs of Llama-2-7B x 16 to 41.6 against 42.3; with 2048 programs (Llama-2-7B x 64) two stages stay
+faster (142.7 against 146.2)."""
 
 
 def decode_launch_options(family: str, launch: dict[str, Any], programs: int, cus: int) -> dict[str, Any]:
@@ -329,8 +329,8 @@ def _unified_attention_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
 
-    # ONE_TOKEN (every sequence has one query token, a decode step): query block i is sequence i, and the
-    # binary search's chain of dependent loads (log2(num_seqs) + 1 of them) before the first K/V load goes
+    # ONE_TOKEN (every sequence has one query token, a decode step): query block i is sequence i, with no
+    # binary search, whose chain of dependent loads (log2(num_seqs) + 1) came before the first K/V load
     if ONE_TOKEN:
         seq = q_block
     else:

@@ -330,8 +330,9 @@ class PagedDecoder:
         keys into one `DECODE_SPLIT_KEYS`-key tile per program, up to 4 programs per compute unit,
         measured 0.47 -> 0.24 ms per step at batch 1 and 512 tokens of context on an H200 with 128-key
         tiles, and 64-key tiles (the decode tile since) took another 10 -> 8 us per layer on an H100
-        (benchmarks/RESULTS.md); Hopper splits finer (`DECODE_SPLITS`). The kernel sizes splits from the actual lengths, so a graph captured
-        for `max_seq_len` stays right for shorter contexts (empty splits write nothing).
+        (benchmarks/RESULTS.md); Hopper splits finer (`DECODE_SPLITS`). The kernel sizes splits from the
+        actual lengths, so a graph captured for `max_seq_len` stays right for shorter contexts (empty
+        splits write nothing).
         """
         choice = self.fusions.decode_splits
         if max_query_len != 1 or choice == 0:
