@@ -265,9 +265,9 @@ def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool =
     3.7.1), so those layouts keep 64x64 tiles, which do not."""
     if m <= 16:
         name = "rows16"
-    elif narrow and (m <= 32 or (m <= 64 and k > LONG_K)):  # few column tiles: split K further
+    elif narrow and m <= 64:  # few column tiles: split K further (33-64 rows with K <= LONG_K: RESULTS round11)
         name = "narrow32"
-    elif m <= 32 or (m <= 64 and narrow and k <= LONG_K):
+    elif m <= 32:
         name = "rows32"
     elif narrow and k > LONG_K:
         name = "narrow_long_k"

@@ -97,6 +97,7 @@ def test_pipelined_configs_and_k_splits():
     assert pipelined_config(16, 4096, False)["BLOCK_M"] == 16 and pipelined_config(32, 4096, True)["BLOCK_M"] == 32
     assert pipelined_config(24, 4096, True)["waves"] > pipelined_config(24, 4096, False)["waves"]  # narrow: split K
     assert pipelined_config(64, 4096, True)["BLOCK_M"] == 32  # narrow, short K: more column tiles
+    assert pipelined_config(64, 4096, True)["waves"] == 4  # split along K as at 32 rows (H100, round 11)
     assert pipelined_config(64, LONG_K + 1, True)["waves"] == 4  # narrow, long K: 32-row tiles split K further
     assert pipelined_config(65, LONG_K + 1, True)["BLOCK_N"] == 128  # then 64 x 128 tiles
     assert pipelined_config(128, 4096, False)["BLOCK_M"] == 64 and pipelined_config(200, 4096, False)["BLOCK_M"] == 256
