@@ -432,9 +432,8 @@ def _w4a16_xpack_kernel(x_ptr, perm_ptr, xp_ptr, K, n_pairs, HAS_PERM: tl.conste
     else:
         c_lo = row
         c_hi = row + 64
-    lo = tl.load(x_ptr + c_lo, mask=lo_ok, other=0.0).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    hi = tl.load(x_ptr + c_hi, mask=hi_ok, other=0.0).to(tl.int16, bitcast=True).to(tl.int32)
-    tl.store(xp_ptr + i, lo | (hi << 16), mask=mask)
+    tl.store(xp_ptr + i, _pair_h2(tl.load(x_ptr + c_lo, mask=lo_ok, other=0.0),
+                                  tl.load(x_ptr + c_hi, mask=hi_ok, other=0.0)), mask=mask)
 
 
 @triton.jit
