@@ -283,25 +283,6 @@ def gemm_sweep(config, dtype: torch.dtype, ms: list[int], bandwidth: float, swee
     return rows
 
 
-@contextlib.contextmanager
-def _min_split_keys(tiles: float) -> Any:
-    """The decode-attention split rule's minimum key tiles per split (`MIN_SPLIT_KEYS`) for this GPU's
-    family set to `tiles` while graphs are captured, restored after."""
-    from optimum_amdx.kernels import _paged_attention_triton as pa
-    from optimum_amdx.kernels.runtime import arch_family, device_arch
-
-    family = arch_family(device_arch(0))
-    had, old = family in pa.MIN_SPLIT_KEYS, pa.MIN_SPLIT_KEYS.get(family)
-    pa.MIN_SPLIT_KEYS[family] = tiles
-    try:
-        yield
-    finally:
-        if had:
-            pa.MIN_SPLIT_KEYS[family] = old
-        else:
-            del pa.MIN_SPLIT_KEYS[family]
-
-
 def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float, quantization: str = "none",
               hoist: bool = True) -> dict[str, Any]:
     dtype = _DTYPES[dtype_name]
@@ -319,26 +300,22 @@ def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float
     if args.gemm_ms:
         out["gemm"] = gemm_sweep(bench.config, dtype, args.gemm_ms, bandwidth, args.sweep, args.install)
     knob_key, knob_values = args.w4a16_knob if quantization != "none" else ("", [None])
-    combos = ((v, o, p, m) for m in args.attn_min_split_keys for p in args.pdl for o in knob_values for v in variants)
-    for vname, knob, pdl, min_keys in combos:
+    combos = ((v, o, p) for p in args.pdl for o in knob_values for v in variants)
+    for vname, knob, pdl in combos:
         base = VARIANTS[vname]
         splits_list = args.attn_splits if vname == variants[-1] else [None]
         for splits in splits_list:
             fusions = base if splits is None else DecodeFusions(**{**base.__dict__, "decode_splits": splits})
             set_pdl(pdl != "off", tuple(filter(None, pdl.partition("no:")[2].split("+"))))
-            with contextlib.ExitStack() as stack:  # knob, PDL and split rule are read when graphs are captured
+            with contextlib.ExitStack() as stack:  # the knob and PDL are read when graphs are captured
                 if knob is not None:
                     stack.enter_context(knob_on_routes(knob_key, knob))
-                if min_keys is not None:
-                    stack.enter_context(_min_split_keys(min_keys))
                 runner = bench.runner(fusions, args.batch_sizes)
             label = vname if splits is None else f"{vname},splits={splits}"
             if knob is not None:
                 label += f",{knob_key}={knob}"
             if len(args.pdl) > 1:
                 label += f",pdl={pdl}"
-            if min_keys is not None:
-                label += f",min_split_keys={min_keys:g}"
             for b in args.batch_sizes:
                 g = bench.load_decode(runner, b)
                 t = call_seconds(g.graph.replay, DEVICE, reps=5, warmup=1, calls_per_mark=20)
@@ -423,16 +400,12 @@ def main(argv: list[str] | None = None) -> int:
                    "knob of the one-row, few-row and pipelined W4A16 configs (e.g. num_warps=4,8)")
     p.add_argument("--pdl", default="on", help="comma list of on, off, no:KERNEL[+KERNEL] (on, less those of "
                    "runtime.PDL_KERNELS): programmatic dependent launch (NVIDIA sm_90+) for the graphs of each run")
-    p.add_argument("--attn-min-split-keys", default="", help="comma list of key tiles per split the decode "
-                   "attention's split rule keeps at least (MIN_SPLIT_KEYS for this GPU's family; '' = shipped), "
-                   "e.g. 4,0.5")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
     args.variants = [v for v in args.variants.split(",") if v]
     args.pdl = [v for v in args.pdl.split(",") if v]
-    args.attn_min_split_keys = [float(v) for v in args.attn_min_split_keys.split(",") if v] or [None]
     args.w4a16_knob = parse_knob(args.w4a16_knob) if args.w4a16_knob else ("", [None])
     args.attn_splits = [None] + [int(x) for x in args.attn_splits.split(",") if x]
     args.gemm_ms = [int(x) for x in args.gemm_ms.split(",") if x]

@@ -110,51 +110,57 @@ def split_reduce_config(family: str) -> dict[str, Any]:
     return {"num_warps": 2, "num_stages": 1}
 
 
-MIN_SPLIT_KEYS: dict[str, float] = {"hopper": 0.5, "nvidia": 0.5}
-"""Key tiles each split keeps at least (`choose_num_splits`), per family; 4 elsewhere. The H200 sweep at a
-513-token context (`attention_decode_sweep.py --grid`, RESULTS.md round10): one Llama-3-8B sequence took
-12.9 us per layer with the 4-tile rule (2 splits) against 8.9 / 8.0 / 9.2 us with 8 / 16 / 32 splits of
-64-key tiles, and 16 sequences 20.3 us (2 splits) against 19.5 (4). The AMD families keep 4 tiles until
-measured there. Only calls that pass no split count use it: the paged engine sizes its own splits
-(`PagedModel.decode_splits`: `DECODE_SPLIT_KEYS`, or the family's `DECODE_SPLITS`), which is why the
-decode step did not move with this rule (RESULTS.md round11)."""
+DECODE_SPLIT_KEYS = 64
+"""Keys per decode-attention split where the family has no `DECODE_SPLITS` entry: one 64-key tile per
+split, up to `DECODE_PROGRAMS_PER_CU` programs per compute unit, measured 0.47 -> 0.24 ms per step at
+batch 1 and 512 tokens of context on an H200 (128-key tiles then), and 64-key tiles took another 10 ->
+8 us per layer on an H100 (benchmarks/RESULTS.md)."""
+DECODE_PROGRAMS_PER_CU = 4
+DECODE_SPLITS: dict[str, tuple[int, int]] = {"hopper": (32, 4)}
+"""Per family: (keys per split, programs per compute unit the splits may fill). Hopper: H200 sweep at a
+513-token context (RESULTS.md round11): 16 splits for one Llama-3-8B sequence took 6.7 us per layer
+against 8.1 with 8, with the one-stage form of `decode_launch_options`; letting the splits fill 8
+programs per SM made the decode step 1.5-2.6 % slower at 4 and 16 sequences."""
 
 
-def choose_num_splits(
-    family: str, num_seqs: int, num_kv_heads: int, max_seq_len: int, max_query_len: int, num_sms: int, block_n: int
-) -> int:
-    """How many key-range splits (flash-decoding) a launch should use; 1 = no split.
+def split_rule(family: str) -> tuple[int, int]:
+    """(keys per split, programs per compute unit) of the decode split rule on `family`."""
+    return DECODE_SPLITS.get(family, (DECODE_SPLIT_KEYS, DECODE_PROGRAMS_PER_CU))
 
-    Split only short-query batches whose (sequence x KV-head) programs fill less than one wave of the
-    GPU, up to about 4 programs per compute unit, keeping at least `MIN_SPLIT_KEYS` key tiles per split
-    (4 where the family has no entry) so the partial-output traffic stays small next to the KV bytes.
+
+def choose_num_splits(family: str, num_seqs: int, num_kv_heads: int, max_seq_len: int, max_query_len: int,
+                      num_sms: int) -> int:
+    """How many key-range splits (flash-decoding) a launch should use; 1 = no split. The one rule (the
+    paged engine's decode steps take it too, `PagedDecoder.decode_splits`).
+
+    Only short-query batches whose (sequence x KV-head) programs fill less than one wave of the GPU
+    split: into splits of `split_rule` keys, up to its programs per compute unit, at most 64. A graph
+    captured for `max_seq_len` stays right for shorter contexts (the kernel sizes each split from the
+    actual lengths; empty splits write nothing).
     """
     programs = num_seqs * num_kv_heads
     if family == "cpu" or max_query_len > 16 or programs >= num_sms:
         return 1
-    min_keys = MIN_SPLIT_KEYS.get(family, 4) * block_n
-    splits = 1
-    while programs * splits * 2 <= 4 * num_sms and max_seq_len // (splits * 2) >= min_keys and splits < 64:
-        splits *= 2
-    return splits
+    keys, per_cu = split_rule(family)
+    return max(1, min(64, per_cu * num_sms // programs, -(-max_seq_len // keys)))
 
 
-DECODE_FEW_PROGRAMS: dict[str, dict[str, Any]] = {"hopper": {"per_cu": 4, "num_stages": 1, "maxnreg": 128}}
-"""Per family: launch options of a decode launch (one query token per sequence) of at most ``per_cu``
-programs per compute unit. Hopper, H200 sweep at a 513-token context (benchmarks/RESULTS.md round11):
-one stage and 128 registers took Llama-3-8B at 1 / 4 / 16 sequences to 6.7 / 10.1 / 17.8 us per layer
-(16 / 16 / 8 splits) against 7.6 / 11.0 / 18.0 with two stages (each at its best split count), and 512
-programs of Llama-2-7B x 16 to 41.6 against 42.3; with 2048 programs (Llama-2-7B x 64) two stages stay
-faster (142.7 against 146.2)."""
+DECODE_FEW_PROGRAMS: dict[str, dict[str, Any]] = {"hopper": {"num_stages": 1, "maxnreg": 128}}
+"""Per family: launch options of a decode launch (one query token per sequence) of at most the split
+rule's programs per compute unit (`split_rule`). Hopper, H200 sweep at a 513-token context
+(benchmarks/RESULTS.md round11): one stage and 128 registers took Llama-3-8B at 1 / 4 / 16 sequences to
+6.7 / 10.1 / 17.8 us per layer (16 / 16 / 8 splits) against 7.6 / 11.0 / 18.0 with two stages (each at
+its best split count), and 512 programs of Llama-2-7B x 16 to 41.6 against 42.3; with 2048 programs
+(Llama-2-7B x 64) two stages stay faster (142.7 against 146.2)."""
 
 
 def decode_launch_options(family: str, launch: dict[str, Any], programs: int, cus: int) -> dict[str, Any]:
     """`launch` with the family's `DECODE_FEW_PROGRAMS` options for a decode launch of `programs`
     programs (sequences x KV heads x splits) on `cus` compute units; unchanged otherwise."""
     few = DECODE_FEW_PROGRAMS.get(family)
-    if few is None or programs > few["per_cu"] * cus:
+    if few is None or programs > split_rule(family)[1] * cus:
         return launch
-    return {**launch, **{k: v for k, v in few.items() if k != "per_cu"}}
+    return {**launch, **few}
 
 
 def reshape_cache_config(family: str) -> dict[str, Any]:
@@ -560,9 +566,8 @@ def unified_attention_triton(
     one_token = max_query_len == 1 and total_q == num_seqs  # a decode step: one query block per sequence
     num_q_blocks = num_seqs if one_token else total_q // block_q + num_seqs
     if num_splits is None:
-        num_splits = choose_num_splits(
-            family, num_seqs, num_kv_heads, max_seq_len, max_query_len, compute_units(q.device), consts["BLOCK_N"]
-        )
+        num_splits = choose_num_splits(family, num_seqs, num_kv_heads, max_seq_len, max_query_len,
+                                       compute_units(q.device))
     num_splits = max(1, int(num_splits))
     if config is None and one_token:
         launch = decode_launch_options(family, launch, num_seqs * num_kv_heads * num_splits, compute_units(q.device))

@@ -36,24 +36,12 @@ from ..kernels.paged_attention import reshape_and_cache, unified_attention
 from ..kernels.rmsnorm import rms_norm
 from ..kernels.rope_cache import rotary_and_cache_
 from ..kernels.rotary import rotary_embedding_
-from ..kernels.runtime import arch_family, compute_units, device_arch
 from ..kernels.skinny_gemm import skinny_gemm, skinny_gemm_norm, skinny_max_m
 from .cache import CacheLayout, PagedKVCache
 from .families import LayerParts, decoder_parts, supported_model_types
 from .moe import moe_runner
 
 SUPPORTED_MODEL_TYPES = supported_model_types()
-
-DECODE_SPLIT_KEYS = 64
-"""Keys per decode-attention split: the decode key tile of the attention kernel on CUDA and CDNA."""
-DECODE_SPLITS: dict[str, tuple[int, int]] = {"hopper": (32, 4)}
-"""Per GPU family: (keys per decode-attention split, programs per compute unit the splits may fill);
-other families split by `DECODE_SPLIT_KEYS` up to 4 programs per compute unit. Hopper: H200 sweep at a
-513-token context (benchmarks/RESULTS.md round11): 16 splits for one Llama-3-8B sequence took 6.7 us
-per layer against 8.1 with 8, with the one-stage decode config of
-`_paged_attention_triton.decode_launch_options` (which only serves up to 4 programs per SM: filling 8
-made the decode step 1.5-2.6 % slower at 4 and 16 sequences)."""
-
 
 @dataclass
 class BatchInputs:
@@ -193,8 +181,8 @@ class DecodeFusions:
     skinny_gemm: our Triton matmul for steps of few tokens, where `skinny_max_m` allows it on this GPU
         family (a per-family table: off where it does not beat the vendor BLAS).
     decode_splits: key-range splits of decode attention (flash-decoding) for one-token-per-sequence
-        steps: None = `decode_splits` below (one 128-key tile per split while the grid is under a
-        wave); 0 = the attention kernel's own choice (at least 4 tiles per split); n = n splits.
+        steps: None = the attention kernel's split rule (`_paged_attention_triton.choose_num_splits`);
+        0 = no split; n = n splits.
     act_gemm: with the skinny GEMM, SiLU(gate) * up is formed inside the down projection's GEMM
         (one launch fewer per layer). Off by default until it measures faster (benchmarks/RESULTS.md).
     fused_reduce: split decode attention combines its splits in the same launch (the last split to
@@ -313,38 +301,20 @@ class PagedDecoder:
         self.dtype = self.embed.weight.dtype
         self.cos, self.sin = self.layers[0].cos, self.layers[0].sin
         self.fusions = DecodeFusions()
-        self._num_sms = compute_units(self.device)
-        family = arch_family(device_arch(self.device.index or 0)) if self.device.type == "cuda" else "cpu"
-        self._split_keys, self._split_per_cu = DECODE_SPLITS.get(family, (DECODE_SPLIT_KEYS, 4))
 
     def cache_layout(self, block_size: int, dtype: torch.dtype | None = None) -> CacheLayout:
         """The paged-pool layout this model needs."""
         return CacheLayout(num_layers=len(self.layers), num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
                            block_size=block_size, dtype=dtype or self.dtype)
 
-    def decode_splits(self, num_seqs: int, max_query_len: int, max_seq_len: int) -> int | None:
-        """Key-range splits for a decode step (None: leave it to the attention kernel).
-
-        A decode step of few sequences has only sequences x KV heads attention programs (8 for
-        Llama-3-8B at batch 1), each walking its whole context: latency, not bandwidth. Splitting the
-        keys into one `DECODE_SPLIT_KEYS`-key tile per program, up to 4 programs per compute unit,
-        measured 0.47 -> 0.24 ms per step at batch 1 and 512 tokens of context on an H200 with 128-key
-        tiles, and 64-key tiles (the decode tile since) took another 10 -> 8 us per layer on an H100
-        (benchmarks/RESULTS.md); Hopper splits finer (`DECODE_SPLITS`). The kernel sizes splits from the
-        actual lengths, so a graph captured for `max_seq_len` stays right for shorter contexts (empty
-        splits write nothing).
-        """
+    def decode_splits(self, max_query_len: int) -> int | None:
+        """Key-range splits of decode attention for a step whose longest query has `max_query_len`
+        tokens: the `DecodeFusions.decode_splits` switch for one-token-per-sequence steps (0 = no split);
+        None (the default, and for every other step) leaves it to the attention kernel's split rule."""
         choice = self.fusions.decode_splits
-        if max_query_len != 1 or choice == 0:
+        if max_query_len != 1 or choice is None:
             return None
-        if choice is not None:
-            return choice
-        if self.device.type != "cuda":
-            return None
-        programs = num_seqs * self.num_kv_heads
-        if programs >= self._num_sms:
-            return None
-        return max(1, min(64, self._split_per_cu * self._num_sms // programs, -(-max_seq_len // self._split_keys)))
+        return max(1, choice)
 
     def _linear_fn(self, tokens: int) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
         """The matmul for a step of `tokens` rows: our skinny GEMM where this GPU family takes it, else F.linear."""
@@ -402,7 +372,7 @@ class PagedDecoder:
             h = h * self.embed_scale
         tokens = h.shape[0]
         linear = self._linear_fn(tokens)
-        splits = self.decode_splits(batch.seq_lens.shape[0], batch.max_query_len, batch.max_seq_len)
+        splits = self.decode_splits(batch.max_query_len)
         residual = None
         q_size = self.num_heads * self.head_dim
         fuse_norm = self.fusions.norm_gemm and linear is skinny_gemm

@@ -240,17 +240,20 @@ def test_gpu_graph_capture_replays_with_new_lengths():
 def test_split_k_heuristic_only_splits_an_underfilled_gpu():
     from optimum_amdx.kernels._paged_attention_triton import choose_num_splits
 
-    # 4 sequences x 8 KV heads on 132 SMs (H200): 32 programs -> 16 splits, 512 programs.
-    assert choose_num_splits("hopper", 4, 8, 16384, 1, 132, 128) == 16
+    # 4 sequences x 8 KV heads on 132 SMs (H200): 32 programs -> 16 splits (4 programs per SM).
+    assert choose_num_splits("hopper", 4, 8, 16384, 1, 132) == 16
     # 32 x 8 = 256 programs already cover the GPU: no split (the H200 sweep measured splitting as slower).
-    assert choose_num_splits("hopper", 32, 8, 4096, 1, 132, 128) == 1
-    # Short contexts keep >= 4 key tiles per split on AMD, half a tile on NVIDIA (the H200 sweep);
-    # prefill batches and the interpreter never split.
-    assert choose_num_splits("cdna3", 1, 8, 1024, 1, 304, 64) == 4
-    assert choose_num_splits("hopper", 1, 8, 513, 1, 132, 64) == 16
-    assert choose_num_splits("hopper", 16, 8, 513, 1, 132, 64) == 4
-    assert choose_num_splits("hopper", 4, 8, 16384, 512, 132, 128) == 1
-    assert choose_num_splits("cpu", 1, 1, 16384, 1, 1, 16) == 1
+    assert choose_num_splits("hopper", 32, 8, 4096, 1, 132) == 1
+    # Short contexts: one split per 32 keys on Hopper, per 64 elsewhere (the engine's decode rule of
+    # earlier rounds); at most 64 splits; prefill batches and the interpreter never split.
+    assert choose_num_splits("hopper", 1, 8, 513, 1, 132) == 17
+    assert choose_num_splits("hopper", 16, 8, 513, 1, 132) == 4
+    assert choose_num_splits("cdna3", 1, 8, 1024, 1, 304) == 16
+    assert choose_num_splits("cdna3", 1, 2, 576, 1, 132) == 9
+    assert choose_num_splits("cdna3", 40, 2, 4096, 1, 132) == 6  # 80 programs: up to 4 * 132 // 80
+    assert choose_num_splits("cdna3", 1, 2, 1 << 20, 1, 132) == 64
+    assert choose_num_splits("hopper", 4, 8, 16384, 512, 132) == 1
+    assert choose_num_splits("cpu", 1, 1, 16384, 1, 1) == 1
 
 
 @pytest.mark.parametrize("num_splits", [2, 5])
