@@ -293,9 +293,10 @@ class RocmBackend(Backend):
 
             engine = amd.engine
             params = SamplingParams(max_new_tokens=new_tokens, do_sample=False, stop_token_ids=())
-            rows = input_ids.tolist()
+            host = input_ids.cpu()  # one device-to-host copy for both uses (each is a sync on the TTFT path)
+            rows = host.tolist()
             if streamer is not None:
-                streamer.put(input_ids.cpu())
+                streamer.put(host)
             counts = {engine.add_request(row, params): 0 for row in rows}
             marked = 0
             with torch.inference_mode():

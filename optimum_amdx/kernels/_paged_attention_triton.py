@@ -100,7 +100,10 @@ def _base_unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query
         cfg = amd_launch_options(family, 8, 2)
         cfg.update(BLOCK_M=max(128, next_pow2(num_qpk)), BLOCK_N=64)
         return cfg
-    return {"BLOCK_M": max(64, next_pow2(num_qpk)), "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    # Hopper prompt tiles: two stages, not three (one 512-token prompt, H100, two calls of
+    # attention_decode_sweep.py --prefill 512, RESULTS.md round 12: Llama-3-8B 23.2-23.6 -> 21.2-21.4 us per
+    # layer, Llama-2-7B 21.5-21.8 -> 20.9)
+    return {"BLOCK_M": max(64, next_pow2(num_qpk)), "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 
 
 def split_reduce_config(family: str) -> dict[str, Any]:

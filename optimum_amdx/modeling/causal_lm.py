@@ -188,6 +188,8 @@ class AMDModelForCausalLM:
                     f"Prompt {i} is empty{' after removing padding' if attention_mask is not None else ''}; "
                     "give at least one token (e.g. the tokenizer's BOS token)."
                 )
+            if all(type(t) is int for t in row):  # the common case, cheaply (it is on the time to first token)
+                continue
             for t in row:
                 if isinstance(t, bool) or not isinstance(t, int):
                     try:

@@ -140,14 +140,17 @@ class LLMEngine:
             prompt_ids = prompt_ids.tolist()
         if isinstance(prompt_ids, (str, bytes)):
             raise InvalidArgumentError(f"{name}: got text; tokenize it first (token ids are expected).")
-        ids = []
-        for t in prompt_ids:
-            if isinstance(t, bool) or not hasattr(t, "__index__"):
-                raise InvalidArgumentError(f"{name}: token id {t!r} ({type(t).__name__}) is not an integer.")
-            ids.append(int(t))
+        ids = list(prompt_ids)
+        # plain ints (what tolist() and tokenizers give) pass one cheap type test: this check sits on the
+        # time to first token (a per-token loop of isinstance/int calls took about 0.2 ms for 512 tokens)
+        if not all(type(t) is int for t in ids):
+            for i, t in enumerate(ids):
+                if isinstance(t, bool) or not hasattr(t, "__index__"):
+                    raise InvalidArgumentError(f"{name}: token id {t!r} ({type(t).__name__}) is not an integer.")
+                ids[i] = int(t)
         vocab = self.vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
+        if ids and (min(ids) < 0 or max(ids) >= vocab):
+            bad = [t for t in ids if not 0 <= t < vocab]
             raise InvalidArgumentError(
                 f"{name}: token ids {bad[:5]} are outside the vocabulary [0, {vocab}); was the prompt encoded "
                 "with this model's tokenizer?"
