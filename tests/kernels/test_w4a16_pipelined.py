@@ -25,7 +25,7 @@ def test_pipelined_route_only_on_nvidia_targets():
     assert not pipelined_eligible("cpu", w)
 
 
-_BUILD = """
+_BUILD = r"""
 import json
 import os
 import re
