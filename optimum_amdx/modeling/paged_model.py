@@ -376,6 +376,10 @@ class PagedDecoder:
         residual = None
         q_size = self.num_heads * self.head_dim
         fuse_norm = self.fusions.norm_gemm and linear is skinny_gemm
+        rows = batch.logits_indices
+        # After the last layer's attention only the sampled rows matter (every row's K/V is in the cache by
+        # then): a prompt step runs that layer's o_proj, norms and MLP on those rows alone.
+        trim_at = len(self.layers) - 1 if rows.shape[0] < tokens else -1
         for i, layer in enumerate(self.layers):
             qkv_order = layer.qkv.input_order(h.dtype)  # act-order GPTQ q/k/v: the norm gathers their input
             if residual is None:
@@ -405,7 +409,12 @@ class PagedDecoder:
                                      softmax_scale=layer.parts.scale, sliding_window=layer.parts.window,
                                      num_splits=splits, softcap=layer.parts.softcap,
                                      fused_reduce=self.fusions.fused_reduce)
-            h = self._apply(layer.o_proj, attn.reshape(tokens, q_size), linear)
+            attn = attn.reshape(tokens, q_size)
+            if i == trim_at:
+                attn, residual = attn.index_select(0, rows), residual.index_select(0, rows)
+                linear = self._linear_fn(rows.shape[0])
+                fuse_norm = self.fusions.norm_gemm and linear is skinny_gemm
+            h = self._apply(layer.o_proj, attn, linear)
             if layer.parts.post_attn_norm is not None:
                 h = rms_norm(h, layer.parts.post_attn_norm.weight, layer.parts.post_attn_norm.eps)
             gu = layer.gate_up
@@ -418,8 +427,9 @@ class PagedDecoder:
                 h = self._mlp(layer, x, linear)
             if layer.parts.post_mlp_norm is not None:
                 h = rms_norm(h, layer.parts.post_mlp_norm.weight, layer.parts.post_mlp_norm.eps)
-        rows = batch.logits_indices
-        x, _ = rms_norm(h.index_select(0, rows), self.norm_w, self.norm_eps, residual=residual.index_select(0, rows))
+        if trim_at < 0:
+            h, residual = h.index_select(0, rows), residual.index_select(0, rows)
+        x, _ = rms_norm(h, self.norm_w, self.norm_eps, residual=residual)
         logits = self._apply(self.lm_head, x, self._linear_fn(x.shape[0]))
         if self.final_softcap is not None:
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
