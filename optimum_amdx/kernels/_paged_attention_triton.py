@@ -229,6 +229,17 @@ def _find_sequence(qsl_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
+def _find_sequence_vec(qsl_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr, SEQS_PAD: tl.constexpr):
+    """`_find_sequence` with one vector load of query_start_loc instead of log2(num_seqs) + 1 dependent
+    ones: the sequences whose first query block is at or before `q_block`, counted (first blocks rise
+    strictly with the sequence index)."""
+    idx = tl.arange(0, SEQS_PAD)
+    valid = idx < num_seqs
+    first_block = tl.load(qsl_ptr + idx, mask=valid, other=0) // BLOCK_Q + idx
+    return tl.sum(((first_block <= q_block) & valid).to(tl.int32), 0) - 1
+
+
+@triton.jit
 def _tanh(x):
     """tanh without libdevice (portable across HIP/CUDA/interpreter): odd Taylor series near 0, where
     1 - exp(-2|x|) would cancel, else sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|) (saturates cleanly)."""
@@ -331,17 +342,28 @@ def _unified_attention_kernel(
     SPLITS_PAD: tl.constexpr = 1,
     PDL: tl.constexpr = False,
     ONE_TOKEN: tl.constexpr = False,
+    SEQS_PAD: tl.constexpr = 0,
+    HEADS_FIRST: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
         pdl_begin()
-    q_block = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    # HEADS_FIRST (prompt and mixed steps): grid axis 0 is the KV head, so programs are dispatched query
+    # block by query block across all heads; with axis 0 the query block, each head's programs for empty
+    # sequence slots (a captured graph has room for every slot) came before the next head's real ones
+    if HEADS_FIRST:
+        kv_head = tl.program_id(0)
+        q_block = tl.program_id(1)
+    else:
+        q_block = tl.program_id(0)
+        kv_head = tl.program_id(1)
     split = tl.program_id(2)
 
     # ONE_TOKEN (every sequence has one query token, a decode step): query block i is sequence i, with no
     # binary search, whose chain of dependent loads (log2(num_seqs) + 1) came before the first K/V load
     if ONE_TOKEN:
         seq = q_block
+    elif SEQS_PAD > 0:
+        seq = _find_sequence_vec(qsl_ptr, q_block, num_seqs, BLOCK_Q, SEQS_PAD)
     else:
         seq = _find_sequence(qsl_ptr, q_block, num_seqs, BLOCK_Q)
     q_start = tl.load(qsl_ptr + seq)
@@ -426,7 +448,7 @@ def _unified_attention_kernel(
             # increment; the acquire of the last one makes them visible to it. It resets the counter,
             # so the next launch (or graph replay) starts from zero.
             tl.debug_barrier()
-            slot = q_block * tl.num_programs(1) + kv_head
+            slot = q_block * (num_heads // NUM_QPK) + kv_head
             arrived = tl.atomic_add(counter_ptr + slot, 1, sem="acq_rel")
             if arrived == NUM_SPLITS - 1:
                 offs_s = tl.arange(0, SPLITS_PAD)
@@ -506,6 +528,17 @@ def reshape_and_cache_triton(
     )
 
 
+SEQS_VECTOR_MAX: dict[str, int] = {"rdna3": 0, "rdna4": 0}
+"""Per family (default 1024): steps of up to this many sequences find each query block's sequence with one
+vector load of query_start_loc (`_find_sequence_vec`); larger ones keep the binary search. RDNA keeps the
+search: with Triton 3.9.0 the vector form made the gfx1100 d128 prompt kernel spill 12 bytes (and cost
+3.8.0 a wave)."""
+
+
+def seqs_vector_max(family: str) -> int:
+    """The most sequences a launch on `family` looks up with one vector load (`SEQS_VECTOR_MAX`)."""
+    return SEQS_VECTOR_MAX.get(family, 1024)
+
 _COUNTER_SLOTS = 1 << 14
 _counters: dict[torch.device, torch.Tensor] = {}
 
@@ -584,7 +617,9 @@ def unified_attention_triton(
             counters = split_counters(q.device, num_q_blocks * num_kv_heads)
     else:
         part_out = part_lse = out
-    _unified_attention_kernel[(num_q_blocks, num_kv_heads, num_splits)](
+    seqs_pad = next_pow2(num_seqs) if not one_token and num_seqs <= seqs_vector_max(family) else 0
+    grid = (num_kv_heads, num_q_blocks, num_splits) if not one_token else (num_q_blocks, num_kv_heads, num_splits)
+    _unified_attention_kernel[grid](
         q, k_cache, v_cache, out, part_out, part_lse, counters if counters is not None else seq_lens,
         block_tables, seq_lens, query_start_loc,
         scale / softcap if softcap else scale * LOG2E, float(softcap or 0.0) * LOG2E, int(sliding_window or 0),
@@ -596,7 +631,8 @@ def unified_attention_triton(
         NUM_QPK=num_qpk, BLOCK_M=block_m, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
         BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
         NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), FUSED_REDUCE=counters is not None,
-        SPLITS_PAD=next_pow2(num_splits), PDL=pdl, ONE_TOKEN=one_token, launch_pdl=pdl, **launch,
+        SPLITS_PAD=next_pow2(num_splits), PDL=pdl, ONE_TOKEN=one_token, SEQS_PAD=seqs_pad, HEADS_FIRST=not one_token,
+        launch_pdl=pdl, **launch,
         **PINNED_COMPILE_OPTIONS,
     )
     if num_splits > 1 and counters is None:
@@ -635,6 +671,9 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
             "USE_WINDOW": window, "NUM_SPLITS": num_splits, "USE_SOFTCAP": softcap,
             "FUSED_REDUCE": False, "SPLITS_PAD": next_pow2(num_splits),  # AMD keeps the reduce kernel
             "ONE_TOKEN": max_query_len == 1,  # decode steps: one query token per sequence
+            # prompt steps: the vector sequence lookup over 64 slots (the engine's default max_num_seqs), grid by head
+            "SEQS_PAD": 0 if max_query_len == 1 or seqs_vector_max(arch_family(arch)) < 64 else 64,
+            "HEADS_FIRST": max_query_len != 1,
         }
         return consts, launch
 
