@@ -104,37 +104,44 @@ def _patch(input_ids: torch.Tensor, dst: list[int], src: list[int], feed: Feed |
                           feed.tokens.index_select(0, to_device(src, torch.long, dev)))
 
 
-class _HostStaging:
-    """Pinned host twins of a graph's int64 and int32 input buffers.
+class _StaticInputs:
+    """A captured graph's int64 and int32 input buffers, end to end in one device allocation, with a pinned
+    host twin of the same bytes.
 
-    A step's inputs are written into them as numpy views (slice assignment from the host lists) and each
-    goes up in one asynchronous DMA. Building a fresh tensor from Python lists and copying it from pageable
-    memory each step cost about 0.3 ms of host time for a 512-token prompt, all of it on the time to first
-    token (benchmarks/RESULTS.md, round 12). An event recorded after the copies guards the buffers: the next
-    write waits until the device has read the last upload (by then long done in the engine's step order).
+    A step's inputs are written into the twin through numpy views (slice assignment from the host lists)
+    and go up in one asynchronous DMA. A fresh tensor built from Python lists and copied from pageable
+    memory, twice per step, cost about 0.3 ms of host time for a 512-token prompt, all of it on the time to
+    first token (benchmarks/RESULTS.md, round 12). An event recorded after the copy guards the twin: the
+    next write waits until the device has read the last upload (by then long done in the engine's step
+    order). On the CPU (tests) the twin is plain memory and the copy synchronous.
     """
 
-    def __init__(self, i64: torch.Tensor, i32: torch.Tensor) -> None:
-        self._on_gpu = i64.device.type == "cuda"  # on the CPU (tests) a plain buffer and a synchronous copy
-        self._i64 = torch.empty(i64.numel(), dtype=torch.int64, pin_memory=self._on_gpu)
-        self._i32 = torch.empty(i32.numel(), dtype=torch.int32, pin_memory=self._on_gpu)
-        self._views = (self._i64.numpy(), self._i32.numpy())
-        self._done: torch.cuda.Event | None = None
+    def __init__(self, n64: int, n32: int, device: torch.device) -> None:
+        on_gpu = device.type == "cuda"
+        self._dev = torch.zeros(8 * n64 + 4 * n32, dtype=torch.uint8, device=device)
+        self._host = torch.empty(8 * n64 + 4 * n32, dtype=torch.uint8, pin_memory=on_gpu)
+        self.i64 = self._dev[:8 * n64].view(torch.int64)
+        self.i32 = self._dev[8 * n64:].view(torch.int32)
+        host = self._host.numpy()
+        self._views = (host[:8 * n64].view(np.int64), host[8 * n64:].view(np.int32))
+        self._done = torch.cuda.Event() if on_gpu else None
+        self._in_flight = False
 
     def writable(self) -> tuple[np.ndarray, np.ndarray]:
-        """(int64, int32) flat numpy views of the pinned buffers, safe to overwrite."""
-        if self._done is not None:
+        """(int64, int32) numpy views of the host twin, safe to overwrite."""
+        if self._in_flight:
             self._done.synchronize()
+            self._in_flight = False
         return self._views
 
-    def upload(self, i64: torch.Tensor, i32: torch.Tensor, n32: int | None = None) -> None:
-        """Copy the whole int64 buffer and the first `n32` int32 values (all by default) to the device."""
-        i64.view(-1).copy_(self._i64, non_blocking=True)
-        n32 = i32.numel() if n32 is None else n32
-        i32.view(-1)[:n32].copy_(self._i32[:n32], non_blocking=True)
-        if self._on_gpu:
-            self._done = torch.cuda.Event()
+    def upload(self, n32: int | None = None) -> None:
+        """Copy the int64 part and the first `n32` int32 values (all by default) to the device."""
+        n32 = self.i32.numel() if n32 is None else n32
+        nbytes = 8 * self.i64.numel() + 4 * n32
+        self._dev[:nbytes].copy_(self._host[:nbytes], non_blocking=True)
+        if self._done is not None:
             self._done.record()
+            self._in_flight = True
 
 
 class _DecodeGraph:
@@ -143,9 +150,9 @@ class _DecodeGraph:
     def __init__(self, bucket: int, max_blocks: int, device: torch.device) -> None:
         self.bucket = bucket
         self.max_blocks = max_blocks
-        self.i64 = torch.zeros(3, bucket, dtype=torch.int64, device=device)
-        self.i32 = torch.zeros(bucket * (1 + max_blocks), dtype=torch.int32, device=device)
-        self.staging = _HostStaging(self.i64, self.i32)
+        self.staging = _StaticInputs(3 * bucket, bucket * (1 + max_blocks), device)
+        self.i64 = self.staging.i64.view(3, bucket)
+        self.i32 = self.staging.i32
         self.inputs = BatchInputs(
             input_ids=self.i64[0], positions=self.i64[1], slot_mapping=self.i64[2],
             block_tables=self.i32[bucket:].view(bucket, max_blocks), seq_lens=self.i32[:bucket],
@@ -193,14 +200,13 @@ class _PrefillGraph:
     def __init__(self, tokens: int, seqs: int, max_blocks: int, max_model_len: int, device: torch.device) -> None:
         self.tokens, self.seqs, self.max_blocks = tokens, seqs, max_blocks
         t, s = tokens, seqs
-        self.i64 = torch.zeros(3 * t + s, dtype=torch.int64, device=device)
-        self.i32 = torch.zeros(2 * s + 1 + s * max_blocks, dtype=torch.int32, device=device)
+        self.staging = _StaticInputs(3 * t + s, 2 * s + 1 + s * max_blocks, device)
+        self.i64, self.i32 = self.staging.i64, self.staging.i32
         self.inputs = BatchInputs(
             input_ids=self.i64[:t], positions=self.i64[t:2 * t], slot_mapping=self.i64[2 * t:3 * t],
             logits_indices=self.i64[3 * t:], seq_lens=self.i32[:s], query_start_loc=self.i32[s:2 * s + 1],
             block_tables=self.i32[2 * s + 1:].view(s, max_blocks), max_query_len=t, max_seq_len=max_model_len,
         )
-        self.staging = _HostStaging(self.i64, self.i32)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None
 
@@ -228,7 +234,7 @@ class _PrefillGraph:
         for i, row in enumerate(p.tables):
             base = 2 * s + 1 + i * width
             a32[base:base + len(row)], a32[base + len(row):base + width] = row, 0
-        self.staging.upload(self.i64, self.i32, 2 * s + 1 + len(p.tables) * width)
+        self.staging.upload(2 * s + 1 + len(p.tables) * width)
 
 
 class ModelRunner:
@@ -387,7 +393,7 @@ class ModelRunner:
         a64[2 * bucket:2 * bucket + n], a64[2 * bucket + n:] = slots, -1
         a32[:n], a32[n:bucket] = lens, 1
         a32[bucket + n * width:] = 0
-        g.staging.upload(g.i64, g.i32)
+        g.staging.upload()
         _patch(g.i64[0], dst, src, feed)
         g.graph.replay()
         return g.logits[:n]
