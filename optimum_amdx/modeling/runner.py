@@ -170,15 +170,30 @@ class _DecodeGraph:
         self.i32[: self.bucket].fill_(1)
 
 
+def _positions_and_slots(starts: list[int], counts: list[int], tables: list[list[int]],
+                         block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Position and cache slot of every packed token (sequence i contributes counts[i] tokens from
+    position starts[i], its blocks in tables[i]), computed for the whole step at once: a per-token
+    Python loop took about 40 us of a 512-token prompt's host time, before its first kernel."""
+    n = np.asarray(counts, dtype=np.int64)
+    first_row = np.cumsum(n) - n
+    pos = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(first_row - np.asarray(starts, dtype=np.int64), n)
+    blocks = np.zeros((len(tables), max(len(row) for row in tables)), dtype=np.int64)
+    for i, row in enumerate(tables):
+        blocks[i, :len(row)] = row
+    slots = blocks[np.repeat(np.arange(len(tables)), n), pos // block_size] * block_size + pos % block_size
+    return pos, slots
+
+
 @dataclass
 class _Packed:
-    """One step's inputs as host lists, in packing order (what `BatchInputs` holds, before upload).
+    """One step's inputs on the host, in packing order (what `BatchInputs` holds, before upload).
 
-    dst/src: rows of `ids` whose token is still pending, and where `Feed.tokens` has each."""
+    pos/slots: int64 arrays; dst/src: rows of `ids` whose token is still pending, and where `Feed.tokens` has each."""
 
     ids: list[int]
-    pos: list[int]
-    slots: list[int]
+    pos: np.ndarray
+    slots: np.ndarray
     seq_lens: list[int]
     qsl: list[int]
     logits_rows: list[int]
@@ -313,14 +328,11 @@ class ModelRunner:
             self.prefill_graphs.clear()
             torch.cuda.synchronize(self.device)
 
-    def _slots(self, seq: Sequence, start: int, n: int) -> list[int]:
-        bs, blocks = self.block_size, seq.blocks
-        return [blocks[p // bs] * bs + p % bs for p in range(start, start + n)]
-
     def _pack(self, batch: ScheduledBatch) -> _Packed:
-        """The step's inputs as host lists, and the sequences whose next token is sampled, in row order."""
+        """The step's inputs on the host, and the sequences whose next token is sampled, in row order."""
         feed: Feed | None = batch.feed
-        p = _Packed([], [], [], [], [0], [], [], [], [], [])
+        p = _Packed([], np.empty(0, np.int64), np.empty(0, np.int64), [], [0], [], [], [], [], [])
+        starts = []
         for seq, n in zip(batch.seqs, batch.num_new):
             start = seq.num_computed
             chunk = _token_slice(seq, start, n)
@@ -329,14 +341,15 @@ class ModelRunner:
                 p.src.append(feed.rows[seq] if feed is not None else -1)
                 chunk[-1] = 0
             p.ids += chunk
-            p.pos += range(start, start + n)
-            p.slots += self._slots(seq, start, n)
+            starts.append(start)
             p.seq_lens.append(start + n)
             p.qsl.append(p.qsl[-1] + n)
             p.tables.append(seq.blocks)
             if start + n == seq.num_tokens:
                 p.logits_rows.append(p.qsl[-1] - 1)
                 p.sampled.append(seq)
+        if p.tables:
+            p.pos, p.slots = _positions_and_slots(starts, batch.num_new, p.tables, self.block_size)
         return p
 
     def build(self, batch: ScheduledBatch) -> tuple[BatchInputs, list[Sequence]]:
@@ -345,7 +358,9 @@ class ModelRunner:
         width = max(len(row) for row in p.tables)
         tables = _flat_tables(p.tables, width)
         dev = self.device
-        i64 = to_device(p.ids + p.pos + p.slots + p.logits_rows, torch.int64, dev)
+        host = torch.from_numpy(np.concatenate([np.asarray(p.ids, np.int64), p.pos, p.slots,
+                                                np.asarray(p.logits_rows, np.int64)]))
+        i64 = host.to(dev, non_blocking=True) if dev.type == "cuda" else host
         i32 = to_device(p.seq_lens + p.qsl + tables, torch.int32, dev)
         t, s = len(p.ids), len(batch.seqs)
         inputs = BatchInputs(
