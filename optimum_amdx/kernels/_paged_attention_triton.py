@@ -4,12 +4,16 @@ Over 400 lines on purpose: the three kernels of the op (KV write, unified attent
 reduce) share their launch configs and compile specs, which stay beside the code they configure.
 Imported only when a kernel runs (or by the compile check).
 
-Unified attention grid: (query blocks of all sequences, KV heads, key-range splits). A program owns
+Unified attention grid: (query blocks of all sequences, KV heads, key-range splits), with the first two
+swapped for prompt and mixed steps (HEADS_FIRST: programs go out query block by query block across all
+heads, so a captured graph's empty sequence slots do not hold back the next head's work). A program owns
 BLOCK_Q query tokens of one sequence times the NUM_QPK query heads that share one KV head; those
 BLOCK_M = BLOCK_Q * NUM_QPK (padded) rows form the M side of every `tl.dot`, so each KV tile is read
-once per KV head. Which sequence a query block belongs to is found on the device by a binary search
-over query_start_loc (query block b of sequence s has global index query_start_loc[s] // BLOCK_Q + s + b),
-so the launch needs no host synchronization and the grid size is known from shapes alone.
+once per KV head. Which sequence a query block belongs to is found on the device (query block b of
+sequence s has global index query_start_loc[s] // BLOCK_Q + s + b): in a decode step block i is sequence i
+(ONE_TOKEN); otherwise one vector load of query_start_loc and a count (SEQS_PAD), or a binary search for
+very many sequences and on RDNA. So the launch needs no host synchronization and the grid size is known
+from shapes alone.
 With NUM_SPLITS > 1 each program covers one slice of the key range and writes a normalized partial
 output plus its log2-sum-exp (flash-decoding); the last program of a (query block, KV head) to
 arrive (an atomic counter) combines the slices in the same launch (FUSED_REDUCE), or
