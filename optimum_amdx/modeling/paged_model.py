@@ -336,32 +336,50 @@ class PagedDecoder:
             return linear(x, module.weight, module.bias)
         return module(x)
 
-    def _mlp(self, layer: _Layer, x: torch.Tensor, linear) -> torch.Tensor:
+    @staticmethod
+    def _into_residual(module: nn.Module, a: torch.Tensor, residual: torch.Tensor | None, linear) -> bool:
+        """`residual += a @ W^T` inside the BLAS GEMM (beta = 1), for a plain bias-free nn.Linear on the BLAS
+        path; True if done. The RMSNorm after it then reads and writes one tensor instead of two each (with
+        the residual add in the norm, a 512-token Llama prompt's norm moved 16 MB per call;
+        benchmarks/RESULTS.md round 12). Decode steps on a GPU take the skinny GEMM and keep the norm's add."""
+        if (residual is None or linear is not torch.nn.functional.linear or type(module) is not nn.Linear
+                or module.bias is not None or module.weight.dtype != a.dtype or residual.dtype != a.dtype):
+            return False
+        residual.addmm_(a, module.weight.t())
+        return True
+
+    def _mlp(self, layer: _Layer, x: torch.Tensor, linear, residual: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The MLP of `x`; None when its down projection was added into `residual` (`_into_residual`)."""
         if layer.moe is not None:
             return layer.moe(x)
         proj = layer.gate_up
         if self.fusions.silu_mul and layer.act_is_silu:  # one pass of SiLU(gate) * up over the fused output
             fused = proj.fused_output(x, linear)
             if fused is not None:
-                return self._down(layer, fused, linear)
+                return self._down(layer, fused, linear, residual)
         gate, up = self._project(proj, x, linear)
-        return self._apply_down(layer, layer.act(gate) * up, linear)
+        return self._apply_down(layer, layer.act(gate) * up, linear, residual)
 
-    def _down(self, layer: _Layer, gate_up: torch.Tensor, linear) -> torch.Tensor:
-        """down(silu(gate) * up) from the fused gate/up output."""
+    def _down(self, layer: _Layer, gate_up: torch.Tensor, linear,
+              residual: torch.Tensor | None = None) -> torch.Tensor | None:
+        """down(silu(gate) * up) from the fused gate/up output (None: added into `residual`)."""
         down = layer.down_proj
         if self.fusions.act_gemm and linear is skinny_gemm and type(down) is nn.Linear:  # SiLU * up in the GEMM
             return skinny_gemm(gate_up, down.weight, down.bias, act_mul=True)
-        return self._apply_down(layer, silu_and_mul(gate_up), linear)
+        return self._apply_down(layer, silu_and_mul(gate_up), linear, residual)
 
-    def _apply_down(self, layer: _Layer, a: torch.Tensor, linear) -> torch.Tensor:
+    def _apply_down(self, layer: _Layer, a: torch.Tensor, linear,
+                    residual: torch.Tensor | None = None) -> torch.Tensor | None:
         """The down projection of `a` = act(gate) * up. An fp16/bf16 `a` came from the fused gate/up
         weight (the only path for those dtypes when `down_sorted` exists), so it is already in the act-order
-        down projection's sorted order and takes `down_sorted`; any other input takes the module."""
+        down projection's sorted order and takes `down_sorted`; any other input takes the module, added
+        into `residual` when given and `_into_residual` can (then None)."""
         if layer.down_sorted is not None and a.dtype in _HALF:
             from ..kernels.w4a16 import w4a16_matmul
 
             return w4a16_matmul(a, layer.down_sorted, getattr(layer.down_proj, "bias", None))
+        if self._into_residual(layer.down_proj, a, residual, linear):
+            return None
         return self._apply(layer.down_proj, a, linear)
 
     @torch.inference_mode()
@@ -381,10 +399,15 @@ class PagedDecoder:
         # then): a prompt step runs that layer's o_proj, norms and MLP on those rows alone.
         trim_at = len(self.layers) - 1 if rows.shape[0] < tokens else -1
         for i, layer in enumerate(self.layers):
-            qkv_order = layer.qkv.input_order(h.dtype)  # act-order GPTQ q/k/v: the norm gathers their input
+            # h is None when the last projection was added into residual already (`_into_residual`)
+            act_dtype = (h if h is not None else residual).dtype
+            qkv_order = layer.qkv.input_order(act_dtype)  # act-order GPTQ q/k/v: the norm gathers their input
             if residual is None:
                 residual = h
                 q, k, v = self._project(layer.qkv, rms_norm(h, layer.ln1_w, layer.ln1_eps, perm=qkv_order), linear)
+            elif h is None:
+                q, k, v = self._project(layer.qkv, rms_norm(residual, layer.ln1_w, layer.ln1_eps, perm=qkv_order),
+                                        linear)
             elif fuse_norm and self._dense(layer.qkv):
                 qkv, residual = skinny_gemm_norm(h, residual, layer.ln1_w, layer.ln1_eps, layer.qkv.weight,
                                                  layer.qkv.bias)
@@ -414,22 +437,31 @@ class PagedDecoder:
                 attn, residual = attn.index_select(0, rows), residual.index_select(0, rows)
                 linear = self._linear_fn(rows.shape[0])
                 fuse_norm = self.fusions.norm_gemm and linear is skinny_gemm
-            h = self._apply(layer.o_proj, attn, linear)
-            if layer.parts.post_attn_norm is not None:
-                h = rms_norm(h, layer.parts.post_attn_norm.weight, layer.parts.post_attn_norm.eps)
+            post_attn, post_mlp = layer.parts.post_attn_norm, layer.parts.post_mlp_norm
+            if post_attn is None and self._into_residual(layer.o_proj, attn, residual, linear):
+                h = None
+            else:
+                h = self._apply(layer.o_proj, attn, linear)
+                if post_attn is not None:
+                    h = rms_norm(h, post_attn.weight, post_attn.eps)
             gu = layer.gate_up
-            if fuse_norm and self.fusions.silu_mul and layer.act_is_silu and self._dense(gu):
+            if h is not None and fuse_norm and self.fusions.silu_mul and layer.act_is_silu and self._dense(gu):
                 gate_up, residual = skinny_gemm_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.weight, gu.bias)
                 h = self._down(layer, gate_up, linear)
             else:
-                x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual,
-                                       perm=gu.input_order(h.dtype))
-                h = self._mlp(layer, x, linear)
-            if layer.parts.post_mlp_norm is not None:
-                h = rms_norm(h, layer.parts.post_mlp_norm.weight, layer.parts.post_mlp_norm.eps)
+                if h is None:
+                    x = rms_norm(residual, layer.ln2_w, layer.ln2_eps, perm=gu.input_order(residual.dtype))
+                else:
+                    x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual,
+                                           perm=gu.input_order(h.dtype))
+                h = self._mlp(layer, x, linear, residual if post_mlp is None else None)
+            if post_mlp is not None:
+                h = rms_norm(h, post_mlp.weight, post_mlp.eps)
         if trim_at < 0:
-            h, residual = h.index_select(0, rows), residual.index_select(0, rows)
-        x, _ = rms_norm(h, self.norm_w, self.norm_eps, residual=residual)
+            residual = residual.index_select(0, rows)
+            h = h.index_select(0, rows) if h is not None else None
+        x = rms_norm(residual, self.norm_w, self.norm_eps) if h is None else \
+            rms_norm(h, self.norm_w, self.norm_eps, residual=residual)[0]
         logits = self._apply(self.lm_head, x, self._linear_fn(x.shape[0]))
         if self.final_softcap is not None:
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
