@@ -341,7 +341,8 @@ class PagedDecoder:
         """`residual += a @ W^T` inside the BLAS GEMM (beta = 1), for a plain bias-free nn.Linear on the BLAS
         path; True if done. The RMSNorm after it then reads and writes one tensor instead of two each (with
         the residual add in the norm, a 512-token Llama prompt's norm moved 16 MB per call;
-        benchmarks/RESULTS.md round 12). Decode steps on a GPU take the skinny GEMM and keep the norm's add."""
+        benchmarks/RESULTS.md round 12). Steps that take the skinny GEMM (small decode batches on a GPU) keep
+        the norm's add."""
         if (residual is None or linear is not torch.nn.functional.linear or type(module) is not nn.Linear
                 or module.bias is not None or module.weight.dtype != a.dtype or residual.dtype != a.dtype):
             return False
