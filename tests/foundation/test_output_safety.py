@@ -119,15 +119,21 @@ def test_parse_size():
 # ------------------------------------------------------------------------- interrupted writes (subprocesses)
 # The writer starts with default signal dispositions: a test runner launched under nohup or as a background
 # job passes SIGHUP / SIGINT on as ignored, and an ignored signal rightly stays ignored by atomic_output_dir.
+# It also unblocks the three signals (a child inherits its parent thread's signal mask) and waits in short
+# sleeps: Python runs signal handlers in the main thread, and a signal the kernel hands to another thread
+# does not cut the main thread's sleep short (one 60 s sleep once outlasted the test's 60 s wait on a
+# loaded CI machine, SIGINT case).
 _WRITER = textwrap.dedent("""
     import signal, sys, time
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     from optimum_amdx.io import atomic_output_dir
     with atomic_output_dir(sys.argv[1], overwrite=True) as tmp:
         (tmp / "part1.bin").write_bytes(b"0" * 1000)
         print("writing", flush=True)
-        time.sleep(60)
+        for _ in range(600):
+            time.sleep(0.1)
         (tmp / "part2.bin").write_bytes(b"1")
     print("done", flush=True)
 """)
