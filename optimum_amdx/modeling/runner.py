@@ -2,8 +2,8 @@
 
 Pure-decode batches (one new token per sequence) are padded to the next batch bucket
 (1, 2, 4, ..., max_num_seqs) and replayed from a captured `torch.cuda.CUDAGraph` (a HIP graph on
-ROCm) whose inputs are static buffers; a step then costs two host-to-device copies (plus the device
-copy of pending tokens, below) and one replay.
+ROCm) whose inputs are static buffers; a step then costs one host-to-device copy from a pinned twin of
+those buffers (`_StaticInputs`; plus the device copy of pending tokens, below) and one replay.
 Padding rows write nowhere (slot -1) and their logits are ignored.
 
 Prefill and mixed batches (prompt chunks, possibly with decode tokens) of up to `PREFILL_TOKEN_BUCKETS[-1]`
@@ -108,8 +108,8 @@ class _StaticInputs:
     """A captured graph's int64 and int32 input buffers, end to end in one device allocation, with a pinned
     host twin of the same bytes.
 
-    A step's inputs are written into the twin through numpy views (slice assignment from the host lists)
-    and go up in one asynchronous DMA. A fresh tensor built from Python lists and copied from pageable
+    A step's inputs are written into the twin through numpy views (slice assignment from the host lists and
+    arrays) and go up in one asynchronous DMA. A fresh tensor built from Python lists and copied from pageable
     memory, twice per step, cost about 0.3 ms of host time for a 512-token prompt, all of it on the time to
     first token (benchmarks/RESULTS.md, round 12). An event recorded after the copy guards the twin: the
     next write waits until the device has read the last upload (by then long done in the engine's step
