@@ -77,3 +77,24 @@ def test_prefill_buckets_follow_the_step_budget():
     assert prefill_buckets(300) == [32, 64, 128, 256, 300]
     assert prefill_buckets(32) == [32]
     assert prefill_buckets(16) == []
+
+
+def test_positions_and_slots_follow_each_sequences_blocks():
+    """The one-pass numpy packing gives every token the position and cache slot of the per-token rule
+    (slot = block[pos // block_size] * block_size + pos % block_size), across sequences of any length."""
+    import random
+
+    from optimum_amdx.modeling.runner import _positions_and_slots
+
+    rng = random.Random(7)
+    for _ in range(50):
+        starts, counts, tables = [], [], []
+        for _ in range(rng.randint(1, 6)):
+            start, n = rng.randint(0, 90), rng.randint(1, 40)
+            starts.append(start)
+            counts.append(n)
+            tables.append(rng.sample(range(500), (start + n + 3) // 4 + rng.randint(0, 2)))
+        pos, slots = _positions_and_slots(starts, counts, tables, 4)
+        want_pos = [p for s, n in zip(starts, counts) for p in range(s, s + n)]
+        want_slots = [t[p // 4] * 4 + p % 4 for s, n, t in zip(starts, counts, tables) for p in range(s, s + n)]
+        assert pos.tolist() == want_pos and slots.tolist() == want_slots
