@@ -349,6 +349,15 @@ class PagedDecoder:
         residual.addmm_(a, module.weight.t())
         return True
 
+    @staticmethod
+    def _add_norm(h: torch.Tensor | None, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                  perm: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(RMSNorm of h + residual, h + residual); h None: the last projection was already added into
+        `residual` (`_into_residual`), so only the norm runs."""
+        if h is None:
+            return rms_norm(residual, weight, eps, perm=perm), residual
+        return rms_norm(h, weight, eps, residual=residual, perm=perm)
+
     def _mlp(self, layer: _Layer, x: torch.Tensor, linear, residual: torch.Tensor | None = None) -> torch.Tensor | None:
         """The MLP of `x`; None when its down projection was added into `residual` (`_into_residual`)."""
         if layer.moe is not None:
@@ -399,22 +408,19 @@ class PagedDecoder:
         # After the last layer's attention only the sampled rows matter (every row's K/V is in the cache by
         # then): a prompt step runs that layer's o_proj, norms and MLP on those rows alone.
         trim_at = len(self.layers) - 1 if rows.shape[0] < tokens else -1
+        act_dtype = h.dtype
+        # From here h is None whenever the last projection was already added into residual (`_into_residual`)
         for i, layer in enumerate(self.layers):
-            # h is None when the last projection was added into residual already (`_into_residual`)
-            act_dtype = (h if h is not None else residual).dtype
             qkv_order = layer.qkv.input_order(act_dtype)  # act-order GPTQ q/k/v: the norm gathers their input
             if residual is None:
                 residual = h
                 q, k, v = self._project(layer.qkv, rms_norm(h, layer.ln1_w, layer.ln1_eps, perm=qkv_order), linear)
-            elif h is None:
-                q, k, v = self._project(layer.qkv, rms_norm(residual, layer.ln1_w, layer.ln1_eps, perm=qkv_order),
-                                        linear)
-            elif fuse_norm and self._dense(layer.qkv):
+            elif h is not None and fuse_norm and self._dense(layer.qkv):
                 qkv, residual = skinny_gemm_norm(h, residual, layer.ln1_w, layer.ln1_eps, layer.qkv.weight,
                                                  layer.qkv.bias)
                 q, k, v = qkv.split(layer.qkv.sizes, dim=-1)
             else:
-                x, residual = rms_norm(h, layer.ln1_w, layer.ln1_eps, residual=residual, perm=qkv_order)
+                x, residual = self._add_norm(h, residual, layer.ln1_w, layer.ln1_eps, qkv_order)
                 q, k, v = self._project(layer.qkv, x, linear)
             q = q.reshape(tokens, self.num_heads, self.head_dim)
             k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
@@ -450,19 +456,14 @@ class PagedDecoder:
                 gate_up, residual = skinny_gemm_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.weight, gu.bias)
                 h = self._down(layer, gate_up, linear)
             else:
-                if h is None:
-                    x = rms_norm(residual, layer.ln2_w, layer.ln2_eps, perm=gu.input_order(residual.dtype))
-                else:
-                    x, residual = rms_norm(h, layer.ln2_w, layer.ln2_eps, residual=residual,
-                                           perm=gu.input_order(h.dtype))
+                x, residual = self._add_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.input_order(act_dtype))
                 h = self._mlp(layer, x, linear, residual if post_mlp is None else None)
             if post_mlp is not None:
                 h = rms_norm(h, post_mlp.weight, post_mlp.eps)
         if trim_at < 0:
             residual = residual.index_select(0, rows)
             h = h.index_select(0, rows) if h is not None else None
-        x = rms_norm(residual, self.norm_w, self.norm_eps) if h is None else \
-            rms_norm(h, self.norm_w, self.norm_eps, residual=residual)[0]
+        x, _ = self._add_norm(h, residual, self.norm_w, self.norm_eps)
         logits = self._apply(self.lm_head, x, self._linear_fn(x.shape[0]))
         if self.final_softcap is not None:
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap

@@ -281,4 +281,3 @@ def test_decode_launch_options_only_for_few_programs_on_hopper():
     assert decode_launch_options("hopper", base, 512, 132) == {"num_warps": 4, "num_stages": 1, "maxnreg": 128}
     assert decode_launch_options("hopper", base, 2048, 132) == base
     assert decode_launch_options("cdna3", base, 64, 304) == base
-

@@ -92,4 +92,3 @@ def test_wide_one_row_calls_take_smaller_programs():
     assert wide_rule(cfg, 7168, 4, 132)["num_warps"] == 8  # group 32
     assert wide_rule(stream_config("sm_90", 16), 7168, 1, 132)["num_warps"] == 8
     assert wide_rule(stream_config("gfx942", 1), 7168, 1, 304) == stream_config("gfx942", 1)
-
