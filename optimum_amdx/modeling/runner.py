@@ -66,9 +66,12 @@ def prefill_buckets(max_num_batched_tokens: int) -> list[int]:
     return buckets
 
 
-def _flat_tables(rows: list[list[int]], width: int) -> list[int]:
-    """Block-table rows padded with block 0 to `width` and laid end to end (the upload layout)."""
-    return [b for row in rows for b in row + [0] * (width - len(row))]
+def _block_table(rows: list[list[int]]) -> np.ndarray:
+    """The step's block-table rows as one int64 array, padded with block 0 to the longest row."""
+    table = np.zeros((len(rows), max(len(row) for row in rows)), dtype=np.int64)
+    for i, row in enumerate(rows):
+        table[i, :len(row)] = row
+    return table
 
 
 def _token_slice(seq: Sequence, start: int, n: int) -> list[int]:
@@ -170,18 +173,16 @@ class _DecodeGraph:
         self.i32[: self.bucket].fill_(1)
 
 
-def _positions_and_slots(starts: list[int], counts: list[int], tables: list[list[int]],
+def _positions_and_slots(starts: list[int], counts: list[int], blocks: np.ndarray,
                          block_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Position and cache slot of every packed token (sequence i contributes counts[i] tokens from
-    position starts[i], its blocks in tables[i]), computed for the whole step at once: a per-token
-    Python loop took about 40 us of a 512-token prompt's host time, before its first kernel."""
+    position starts[i], its blocks in row i of `blocks`, `_block_table`), computed for the whole step at
+    once: a per-token Python loop took about 40 us of a 512-token prompt's host time, before its first
+    kernel."""
     n = np.asarray(counts, dtype=np.int64)
     first_row = np.cumsum(n) - n
     pos = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(first_row - np.asarray(starts, dtype=np.int64), n)
-    blocks = np.zeros((len(tables), max(len(row) for row in tables)), dtype=np.int64)
-    for i, row in enumerate(tables):
-        blocks[i, :len(row)] = row
-    slots = blocks[np.repeat(np.arange(len(tables)), n), pos // block_size] * block_size + pos % block_size
+    slots = blocks[np.repeat(np.arange(len(blocks)), n), pos // block_size] * block_size + pos % block_size
     return pos, slots
 
 
@@ -189,7 +190,8 @@ def _positions_and_slots(starts: list[int], counts: list[int], tables: list[list
 class _Packed:
     """One step's inputs on the host, in packing order (what `BatchInputs` holds, before upload).
 
-    pos/slots: int64 arrays; dst/src: rows of `ids` whose token is still pending, and where `Feed.tokens` has each."""
+    pos/slots: int64 arrays; blocks: the block table (`_block_table`); dst/src: rows of `ids` whose token is
+    still pending, and where `Feed.tokens` has each."""
 
     ids: list[int]
     pos: np.ndarray
@@ -197,7 +199,7 @@ class _Packed:
     seq_lens: list[int]
     qsl: list[int]
     logits_rows: list[int]
-    tables: list[list[int]]
+    blocks: np.ndarray
     dst: list[int]
     src: list[int]
     sampled: list[Sequence]
@@ -246,10 +248,9 @@ class _PrefillGraph:
         a64[3 * t:3 * t + rows], a64[3 * t + rows:] = p.logits_rows, 0
         a32[:used], a32[used:s] = p.seq_lens, 0
         a32[s:s + used + 1], a32[s + used + 1:2 * s + 1] = p.qsl, n
-        for i, row in enumerate(p.tables):
-            base = 2 * s + 1 + i * width
-            a32[base:base + len(row)], a32[base + len(row):base + width] = row, 0
-        self.staging.upload(2 * s + 1 + len(p.tables) * width)
+        table = a32[2 * s + 1:2 * s + 1 + used * width].reshape(used, width)
+        table[:, :p.blocks.shape[1]], table[:, p.blocks.shape[1]:] = p.blocks, 0
+        self.staging.upload(2 * s + 1 + used * width)
 
 
 class ModelRunner:
@@ -331,8 +332,9 @@ class ModelRunner:
     def _pack(self, batch: ScheduledBatch) -> _Packed:
         """The step's inputs on the host, and the sequences whose next token is sampled, in row order."""
         feed: Feed | None = batch.feed
-        p = _Packed([], np.empty(0, np.int64), np.empty(0, np.int64), [], [0], [], [], [], [], [])
-        starts = []
+        p = _Packed([], np.empty(0, np.int64), np.empty(0, np.int64), [], [0], [], np.empty((0, 0), np.int64), [],
+                    [], [])
+        starts, tables = [], []
         for seq, n in zip(batch.seqs, batch.num_new):
             start = seq.num_computed
             chunk = _token_slice(seq, start, n)
@@ -344,24 +346,26 @@ class ModelRunner:
             starts.append(start)
             p.seq_lens.append(start + n)
             p.qsl.append(p.qsl[-1] + n)
-            p.tables.append(seq.blocks)
+            tables.append(seq.blocks)
             if start + n == seq.num_tokens:
                 p.logits_rows.append(p.qsl[-1] - 1)
                 p.sampled.append(seq)
-        if p.tables:
-            p.pos, p.slots = _positions_and_slots(starts, batch.num_new, p.tables, self.block_size)
+        if tables:
+            p.blocks = _block_table(tables)
+            p.pos, p.slots = _positions_and_slots(starts, batch.num_new, p.blocks, self.block_size)
         return p
 
     def build(self, batch: ScheduledBatch) -> tuple[BatchInputs, list[Sequence]]:
         """Packed inputs for an eager step and the sequences whose next token is sampled, in row order."""
         p = self._pack(batch)
-        width = max(len(row) for row in p.tables)
-        tables = _flat_tables(p.tables, width)
+        width = p.blocks.shape[1]
         dev = self.device
         host = torch.from_numpy(np.concatenate([np.asarray(p.ids, np.int64), p.pos, p.slots,
                                                 np.asarray(p.logits_rows, np.int64)]))
         i64 = host.to(dev, non_blocking=True) if dev.type == "cuda" else host
-        i32 = to_device(p.seq_lens + p.qsl + tables, torch.int32, dev)
+        host32 = torch.from_numpy(np.concatenate([np.asarray(p.seq_lens + p.qsl, np.int32),
+                                                  p.blocks.astype(np.int32).ravel()]))
+        i32 = host32.to(dev, non_blocking=True) if dev.type == "cuda" else host32
         t, s = len(p.ids), len(batch.seqs)
         inputs = BatchInputs(
             input_ids=i64[:t], positions=i64[t:2 * t], slot_mapping=i64[2 * t:3 * t],

@@ -84,7 +84,7 @@ def test_positions_and_slots_follow_each_sequences_blocks():
     (slot = block[pos // block_size] * block_size + pos % block_size), across sequences of any length."""
     import random
 
-    from optimum_amdx.modeling.runner import _positions_and_slots
+    from optimum_amdx.modeling.runner import _block_table, _positions_and_slots
 
     rng = random.Random(7)
     for _ in range(50):
@@ -94,7 +94,7 @@ def test_positions_and_slots_follow_each_sequences_blocks():
             starts.append(start)
             counts.append(n)
             tables.append(rng.sample(range(500), (start + n + 3) // 4 + rng.randint(0, 2)))
-        pos, slots = _positions_and_slots(starts, counts, tables, 4)
+        pos, slots = _positions_and_slots(starts, counts, _block_table(tables), 4)
         want_pos = [p for s, n in zip(starts, counts) for p in range(s, s + n)]
         want_slots = [t[p // 4] * 4 + p % 4 for s, n, t in zip(starts, counts, tables) for p in range(s, s + n)]
         assert pos.tolist() == want_pos and slots.tolist() == want_slots
