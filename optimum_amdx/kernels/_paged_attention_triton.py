@@ -543,6 +543,7 @@ def seqs_vector_max(family: str) -> int:
     """The most sequences a launch on `family` looks up with one vector load (`SEQS_VECTOR_MAX`)."""
     return SEQS_VECTOR_MAX.get(family, 1024)
 
+
 _COUNTER_SLOTS = 1 << 14
 _counters: dict[torch.device, torch.Tensor] = {}
 

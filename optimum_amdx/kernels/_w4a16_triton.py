@@ -938,8 +938,9 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     if m_blocks * block_m > WS_ROWS:
         raise ValueError(f"the stream kernel takes at most {WS_ROWS} rows")
     gs = _group_arg(w)
-    cfg = wide_rule(cfg, n_units, _chunks(gs), compute_units(x2.device))
-    packed = packed_route(cfg, arch, x2.dtype, _chunks(gs))
+    chunks = _chunks(gs)
+    cfg = wide_rule(cfg, n_units, chunks, compute_units(x2.device))
+    packed = packed_route(cfg, arch, x2.dtype, chunks)
     lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
     pdl = not lookahead and pdl_for(x2, "w4a16", m)
     xprep = packed and (lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
@@ -958,7 +959,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         x2, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
         w.perm if w.perm is not None else w.qweight, bias if bias is not None else w.scales, out, ws, cnt, xp,
         m, n, k, kt, nb, x2.stride(0), out.stride(0), n_units, E7_BITS,
-        GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=TILE_N, HAS_ZEROS=w.zeros is not None,
+        GROUP_SIZE=gs, CHUNKS=chunks, BLOCK_M=block_m, BLOCK_N=TILE_N, HAS_ZEROS=w.zeros is not None,
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
