@@ -124,6 +124,25 @@ def _group_of(row, K, GROUP_SIZE: tl.constexpr, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def _plane_scales(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr,
+                  EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, HAS_ZEROS: tl.constexpr):
+    """Scales and zeros (`_scale_zero`) of the 8 nibble planes of the K tile at row `k0`: one load when
+    a scale group spans the tile (CHUNKS == 1), else one per plane (rows k0 + 16 j)."""
+    s0, z0 = _scale_zero(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+    if CHUNKS == 1:
+        return s0, z0, s0, z0, s0, z0, s0, z0, s0, z0, s0, z0, s0, z0, s0, z0
+    else:
+        s1, z1 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 16, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+        s2, z2 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 32, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+        s3, z3 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 48, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+        s4, z4 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+        s5, z5 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 80, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+        s6, z6 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 96, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+        s7, z7 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 112, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+        return s0, z0, s1, z1, s2, z2, s3, z3, s4, z4, s5, z5, s6, z6, s7, z7
+
+
+@triton.jit
 def _x_vec(x_ptr, perm_ptr, rows, K, HAS_PERM: tl.constexpr, EVEN_K: tl.constexpr):
     """Activations of sorted input rows `rows` (one row of x), float32; zero past K."""
     if EVEN_K:
@@ -679,18 +698,8 @@ def _w4a16_stream_kernel(
                 bias_x = (x_even * 128.0 + x_odd * 2048.0)[None, :]
                 acc2 += s * (part - (bias_x + z * (x_even + x_odd)[None, :]))
         else:
-            s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
-            if CHUNKS == 1:
-                s1, z1, s2, z2, s3, z3 = s, z, s, z, s, z
-                s4, z4, s5, z5, s6, z6, s7, z7 = s, z, s, z, s, z, s, z
-            else:
-                s1, z1 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 16, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
-                s2, z2 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 32, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
-                s3, z3 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 48, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
-                s4, z4 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
-                s5, z5 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 80, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
-                s6, z6 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 96, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
-                s7, z7 = _scale_zero(s_ptr, z_ptr, _group_of(k0 + 112, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+            s, z, s1, z1, s2, z2, s3, z3, s4, z4, s5, z5, s6, z6, s7, z7 = _plane_scales(
+                s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS, EVEN_K, EVEN_N, HAS_ZEROS)
             dt = x_ptr.dtype.element_ty
             w0 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s, z, 0).to(dt)
             w1 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s1, z1, 1).to(dt)
@@ -742,10 +751,16 @@ def _w4a16_stream_kernel(
 def _w4a16_dequant_kernel(
     qw_ptr, s_ptr, z_ptr, w_ptr, N, K, KT, e7_bits,
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_ZEROS: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, NATURAL: tl.constexpr = True,
 ):
-    """Dequantize one tile into the dense ``[N, K]`` linear weight (sorted row order): each nibble
-    plane is 16 consecutive rows of a column, stored as one 32-byte run per column."""
+    """Dequantize one tile into the dense ``[N, K]`` linear weight (sorted row order); each nibble plane
+    is 16 consecutive rows of a column.
+
+    NATURAL: the eight planes are joined in bit-reversed order, so that after one transpose the tile is
+    ``[BLOCK_N, 128]`` in natural row order and each column's 128 rows go out as one 256-byte run, in
+    stores the compiler coalesces across threads (the write is 4 of the 5 bytes moved per weight). The
+    transpose goes through shared memory (32 KB for a 128 x 128 fp16 tile). Otherwise each plane is
+    stored on its own, one 32-byte run per column (`DEQUANT_CONFIGS` picks per family)."""
     u = tl.program_id(0)
     nb = u // KT
     kt = u - nb * KT
@@ -758,17 +773,40 @@ def _w4a16_dequant_kernel(
     w_r8 = packed >> 8
     w_r16 = packed >> 16
     PLANES: tl.constexpr = 8 // CHUNKS
-    dst = w_ptr + offs_n.to(tl.int64)[:, None] * K
-    for j in tl.static_range(8):
-        rows = kt * 128 + j * 16 + offs_r
-        s, z = _scale_zero(s_ptr, z_ptr, _group_of(kt * 128 + (j // PLANES) * PLANES * 16, K, GROUP_SIZE, EVEN_K),
-                           offs_n, N, EVEN_N, HAS_ZEROS)
-        w = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s, z, j)
-        if EVEN_K and EVEN_N:
-            tl.store(dst + rows[None, :], w.to(w_ptr.dtype.element_ty))
-        else:
-            tl.store(dst + rows[None, :], w.to(w_ptr.dtype.element_ty),
-                     mask=(offs_n < N)[:, None] & (rows < K)[None, :])
+    dt = w_ptr.dtype.element_ty
+    k0 = kt * 128
+    if not NATURAL:
+        dst = w_ptr + offs_n.to(tl.int64)[:, None] * K
+        for j in tl.static_range(8):
+            rows = k0 + j * 16 + offs_r
+            s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0 + (j // PLANES) * PLANES * 16, K, GROUP_SIZE, EVEN_K),
+                               offs_n, N, EVEN_N, HAS_ZEROS)
+            w = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s, z, j)
+            if EVEN_K and EVEN_N:
+                tl.store(dst + rows[None, :], w.to(dt))
+            else:
+                tl.store(dst + rows[None, :], w.to(dt), mask=(offs_n < N)[:, None] & (rows < K)[None, :])
+        return
+    s, z, s1, z1, s2, z2, s3, z3, s4, z4, s5, z5, s6, z6, s7, z7 = _plane_scales(
+        s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS, EVEN_K, EVEN_N, HAS_ZEROS)
+    w0 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s, z, 0).to(dt)
+    w1 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s1, z1, 1).to(dt)
+    w2 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s2, z2, 2).to(dt)
+    w3 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s3, z3, 3).to(dt)
+    w4 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s4, z4, 4).to(dt)
+    w5 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s5, z5, 5).to(dt)
+    w6 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s6, z6, 6).to(dt)
+    w7 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s7, z7, 7).to(dt)
+    # [BLOCK_N, 16, 2, 2, 2]: index (a, b, c) of the joins is plane 4a + 2b + c, so the flattened last three
+    # axes count planes in order; the transpose then puts plane-major rows (k = 16 * plane + r) last
+    wt = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7)))
+    wt = tl.reshape(tl.permute(tl.reshape(wt, [BLOCK_N, 16, 8]), (0, 2, 1)), [BLOCK_N, 128])
+    rows = k0 + tl.arange(0, 128)
+    dst = w_ptr + offs_n.to(tl.int64)[:, None] * K + rows[None, :]
+    if EVEN_K and EVEN_N:
+        tl.store(dst, wt)
+    else:
+        tl.store(dst, wt, mask=(offs_n < N)[:, None] & (rows < K)[None, :])
 
 
 # ---------------------------------------------------------------- configs (keyed by arch family)
@@ -804,8 +842,16 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
 }
 STREAM_CONFIGS["default"] = STREAM_CONFIGS["hopper"]
 _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
-DEQUANT_CONFIG = {"num_warps": 4}
-"""One 128 x 128 tile per program: 8 KB read, 32 KB (fp16) written in 32-byte runs."""
+DEQUANT_CONFIGS: dict[str, dict[str, Any]] = {
+    # One 128 x 128 tile per program: 8 KB read, 32 KB (fp16) written. NATURAL (see the kernel): on an H100
+    # 68-81 -> 82-91 % of copy bandwidth on the Llama shapes, a Llama-2-7B GPTQ prompt's dequantization
+    # 6.33 -> 5.37 ms (RESULTS.md round 13). AMD keeps the plane-by-plane stores, unmeasured there: the
+    # transpose's 32 KB of LDS would cut CDNA to 2 waves per SIMD (8 before) and gfx1100 to 10 (16).
+    "default": {"num_warps": 4, "NATURAL": True},
+    "cdna": {"num_warps": 4, "NATURAL": False},
+    "rdna3": {"num_warps": 4, "NATURAL": False},
+    "cpu": {"num_warps": 1, "NATURAL": True},
+}
 _LAUNCH_KEYS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack", "maxnreg")
 _NVIDIA_KEYS = ("num_warps", "num_stages", "maxnreg")
 
@@ -971,17 +1017,25 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
             _RESIDENT[key] = resident
 
 
-def dequantize_dense(w: "W4A16Weight", dtype: torch.dtype, arch: Optional[str] = None) -> torch.Tensor:
+def dequant_config(arch: str) -> dict[str, Any]:
+    """The dequantization kernel's config for `arch` (a `runtime.device_arch` string, "cpu" for the interpreter)."""
+    return DEQUANT_CONFIGS.get(_family(arch), DEQUANT_CONFIGS["default"])
+
+
+def dequantize_dense(w: "W4A16Weight", dtype: torch.dtype, arch: Optional[str] = None,
+                     config: Optional[dict[str, Any]] = None) -> torch.Tensor:
     """The dense linear-layer weight ``[N, K]`` (``W`` transposed) in `dtype`, rows of K in the
-    SORTED order of the repacked weight (act-order: column ``k`` is original input ``w.perm[k]``)."""
+    SORTED order of the repacked weight (act-order: column ``k`` is original input ``w.perm[k]``).
+    `config` overrides `dequant_config(arch)` keys (tests, benchmarks)."""
     k, n = w.in_features, w.out_features
     arch = arch or ("cpu" if interpret_mode() else device_arch(w.qweight.device.index or 0))
     dense = torch.empty(n, k, dtype=dtype, device=w.qweight.device)
     gs = _group_arg(w)
+    cfg = dict(dequant_config(arch), **(config or {}))
     _w4a16_dequant_kernel[(w.k_tiles * w.n_blocks,)](
         w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, dense, n, k, w.k_tiles, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_N=TILE_N, HAS_ZEROS=w.zeros is not None,
-        EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0, num_warps=DEQUANT_CONFIG["num_warps"] if arch != "cpu" else 1,
+        EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0, NATURAL=cfg["NATURAL"], num_warps=cfg["num_warps"],
     )
     return dense
 
@@ -1026,14 +1080,15 @@ def _stream_spec(rows: int, group: int, zeros: bool, perm: bool, archs: tuple[st
 def _dequant_spec(archs: tuple[str, ...]) -> CompileSpec:
     sig = {"qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "w_ptr": "*fp16", "N": "i32", "K": "i32",
            "KT": "i32", "e7_bits": "i32"}
-    sig.update({c: "constexpr" for c in ("GROUP_SIZE", "CHUNKS", "BLOCK_N", "HAS_ZEROS", "EVEN_K", "EVEN_N")})
+    sig.update({c: "constexpr" for c in ("GROUP_SIZE", "CHUNKS", "BLOCK_N", "HAS_ZEROS", "EVEN_K", "EVEN_N", "NATURAL")})
+    cfg = dequant_config(archs[-1])
     return CompileSpec(
         name="w4a16_dequant[g128,asym" + (",rdna3]" if archs == _RDNA3 else "]"),
         kernel=_w4a16_dequant_kernel,
         signature=sig,
         constexprs={"GROUP_SIZE": 128, "CHUNKS": 1, "BLOCK_N": TILE_N, "HAS_ZEROS": True, "EVEN_K": True,
-                    "EVEN_N": True},
-        options=lambda arch: {"num_warps": DEQUANT_CONFIG["num_warps"], "num_stages": 1},
+                    "EVEN_N": True, "NATURAL": cfg["NATURAL"]},
+        options=lambda arch: {"num_warps": dequant_config(arch)["num_warps"], "num_stages": 1},
         hot=True,
         uses_dot=False,
         archs=archs,

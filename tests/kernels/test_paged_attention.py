@@ -257,10 +257,14 @@ def test_split_k_heuristic_only_splits_an_underfilled_gpu():
 
 
 @pytest.mark.parametrize("num_splits", [2, 5])
-def test_fused_split_reduce_matches_the_reduce_kernel_and_leaves_counters_at_zero(num_splits):
+@pytest.mark.parametrize("q_lens", [[1, 1, 1, 1], [5, 1, 17, 1]], ids=["decode", "prompt"])
+def test_fused_split_reduce_matches_the_reduce_kernel_and_leaves_counters_at_zero(num_splits, q_lens):
+    """Decode and prompt launches (the latter with the KV head on grid axis 0): on a GPU the splits of
+    every (query block, KV head) run concurrently, so two of them sharing a counter slot give wrong rows
+    (the interpreter runs each one's splits back to back and cannot see it)."""
     from optimum_amdx.kernels._paged_attention_triton import split_counters
 
-    batch = make_batch(31, [150, 7, 64, 1], [1, 1, 1, 1], 8, 2, 128, 16, torch.float16)
+    batch = make_batch(31, [150, 7, 64, 17], q_lens, 8, 2, 128, 16, torch.float16)
     two_kernels = unified_attention(**batch, num_splits=num_splits, fused_reduce=False)
     for _ in range(2):  # a second launch must start from zeroed counters (graph replays rely on it)
         fused = unified_attention(**batch, num_splits=num_splits, fused_reduce=True)

@@ -205,7 +205,9 @@ def test_every_route_matches_reference(route, act_order, group):
     torch.testing.assert_close(out.float(), exact, rtol=0, atol=2e-2 * exact.abs().max().item())
     if route == "dequant":
         sorted_w = expected[w.perm.long().cpu()] if act_order else expected
-        torch.testing.assert_close(dequantize_dense(w, torch.float32), sorted_w.t().to(DEVICE), rtol=0, atol=0)
+        for natural in (True, False):  # the transposed tile (NVIDIA) and the plane-by-plane stores (AMD)
+            dense = dequantize_dense(w, torch.float32, config={"NATURAL": natural})
+            torch.testing.assert_close(dense, sorted_w.t().to(DEVICE), rtol=0, atol=0)
 
 
 GEMV_CASES = [
