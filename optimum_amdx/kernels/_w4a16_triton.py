@@ -191,6 +191,24 @@ def _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s, z, J: tl.constexpr):
 
 
 @triton.jit
+def _tile_planes(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s_ptr, z_ptr, k0, offs_n, N, K, dt,
+                 GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+                 HAS_ZEROS: tl.constexpr):
+    """The 8 dequantized nibble planes ``[BLOCK_N, 16]`` (in `dt`) of the tile `packed` at row `k0`: plane j
+    holds rows k0 + 16 j .. k0 + 16 j + 15."""
+    s0, z0, s1, z1, s2, z2, s3, z3, s4, z4, s5, z5, s6, z6, s7, z7 = _plane_scales(
+        s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS, EVEN_K, EVEN_N, HAS_ZEROS)
+    return (_plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s0, z0, 0).to(dt),
+            _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s1, z1, 1).to(dt),
+            _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s2, z2, 2).to(dt),
+            _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s3, z3, 3).to(dt),
+            _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s4, z4, 4).to(dt),
+            _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s5, z5, 5).to(dt),
+            _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s6, z6, 6).to(dt),
+            _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s7, z7, 7).to(dt))
+
+
+@triton.jit
 def _m1_plane(x_ptr, perm_ptr, packed, w_l16, w_l8, w_r8, w_r16, e7_bits, k0, offs_r, K, J: tl.constexpr,
               HAS_PERM: tl.constexpr, EVEN_K: tl.constexpr):
     """One row, nibble plane J of a tile: x (16 values) and the products ``(2**e + q) * x``."""
@@ -698,17 +716,9 @@ def _w4a16_stream_kernel(
                 bias_x = (x_even * 128.0 + x_odd * 2048.0)[None, :]
                 acc2 += s * (part - (bias_x + z * (x_even + x_odd)[None, :]))
         else:
-            s, z, s1, z1, s2, z2, s3, z3, s4, z4, s5, z5, s6, z6, s7, z7 = _plane_scales(
-                s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS, EVEN_K, EVEN_N, HAS_ZEROS)
-            dt = x_ptr.dtype.element_ty
-            w0 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s, z, 0).to(dt)
-            w1 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s1, z1, 1).to(dt)
-            w2 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s2, z2, 2).to(dt)
-            w3 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s3, z3, 3).to(dt)
-            w4 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s4, z4, 4).to(dt)
-            w5 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s5, z5, 5).to(dt)
-            w6 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s6, z6, 6).to(dt)
-            w7 = _plane_w(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s7, z7, 7).to(dt)
+            w0, w1, w2, w3, w4, w5, w6, w7 = _tile_planes(cur, w_l16, w_l8, w_r8, w_r16, e7_bits, s_ptr, z_ptr, k0,
+                                                          offs_n, N, K, x_ptr.dtype.element_ty, GROUP_SIZE, CHUNKS,
+                                                          EVEN_K, EVEN_N, HAS_ZEROS)
             if JOIN:
                 # [BLOCK_N, R, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c
                 wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
@@ -787,16 +797,8 @@ def _w4a16_dequant_kernel(
             else:
                 tl.store(dst + rows[None, :], w.to(dt), mask=(offs_n < N)[:, None] & (rows < K)[None, :])
         return
-    s, z, s1, z1, s2, z2, s3, z3, s4, z4, s5, z5, s6, z6, s7, z7 = _plane_scales(
-        s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS, EVEN_K, EVEN_N, HAS_ZEROS)
-    w0 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s, z, 0).to(dt)
-    w1 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s1, z1, 1).to(dt)
-    w2 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s2, z2, 2).to(dt)
-    w3 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s3, z3, 3).to(dt)
-    w4 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s4, z4, 4).to(dt)
-    w5 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s5, z5, 5).to(dt)
-    w6 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s6, z6, 6).to(dt)
-    w7 = _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s7, z7, 7).to(dt)
+    w0, w1, w2, w3, w4, w5, w6, w7 = _tile_planes(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s_ptr, z_ptr, k0, offs_n,
+                                                  N, K, dt, GROUP_SIZE, CHUNKS, EVEN_K, EVEN_N, HAS_ZEROS)
     # [BLOCK_N, 16, 2, 2, 2]: index (a, b, c) of the joins is plane 4a + 2b + c, so the flattened last three
     # axes count planes in order; the transpose then puts plane-major rows (k = 16 * plane + r) last
     wt = tl.join(tl.join(tl.join(w0, w4), tl.join(w2, w6)), tl.join(tl.join(w1, w5), tl.join(w3, w7)))
