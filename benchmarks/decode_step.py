@@ -61,6 +61,7 @@ VARIANTS: dict[str, DecodeFusions] = {
     "+fused_reduce": _variant(skinny_gemm=True, fused_reduce=True),
     "+act_gemm": _variant(skinny_gemm=True, act_gemm=True),
     "+norm_gemm": _variant(skinny_gemm=True, norm_gemm=True),
+    "-accumulate": _variant(skinny_gemm=True, accumulate=False),  # the shipped set less W4A16 accumulators
 }
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}

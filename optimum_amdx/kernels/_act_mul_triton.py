@@ -6,7 +6,7 @@ vector loads when the block is a multiple of 8 halves per thread) and writes BLO
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import triton
@@ -18,7 +18,8 @@ from .runtime import pdl_for
 
 
 @triton.jit
-def _silu_mul_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+def _silu_mul_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
+                     ACCUM: tl.constexpr = False):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
         pdl_begin()
     row = tl.program_id(0).to(tl.int64)
@@ -26,6 +27,12 @@ def _silu_mul_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constex
     mask = cols < n_cols
     g = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
     u = tl.load(x_ptr + row * x_stride + n_cols + cols, mask=mask, other=0.0)
+    if ACCUM:  # a float32 W4A16 accumulator: round as the matmul's own store would have, then zero it
+        g = g.to(y_ptr.dtype.element_ty)
+        u = u.to(y_ptr.dtype.element_ty)
+        tl.debug_barrier()
+        tl.store(x_ptr + row * x_stride + cols, tl.zeros([BLOCK], dtype=tl.float32), mask=mask)
+        tl.store(x_ptr + row * x_stride + n_cols + cols, tl.zeros([BLOCK], dtype=tl.float32), mask=mask)
     gf = g.to(tl.float32)
     act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)  # SiLU in float32, rounded like torch's half SiLU
     y = act.to(tl.float32) * u.to(tl.float32)
@@ -39,30 +46,32 @@ def launch_config(family: str, n_cols: int) -> dict[str, Any]:
     return {"BLOCK": block, "num_warps": max(1, min(4, block // 256)), "num_stages": 1}
 
 
-def silu_and_mul_triton(gate_up: torch.Tensor, family: str) -> torch.Tensor:
-    """Launch `_silu_mul_kernel` on ``[..., 2I]``; returns ``[..., I]``."""
+def silu_and_mul_triton(gate_up: torch.Tensor, family: str, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Launch `_silu_mul_kernel` on ``[..., 2I]``; returns ``[..., I]``. `out_dtype`: gate_up is a float32
+    W4A16 accumulator (contiguous), read rounded to that dtype and left zeroed."""
     n = gate_up.shape[-1] // 2
     x = gate_up.reshape(-1, 2 * n)
     if x.stride(-1) != 1:
         x = x.contiguous()
-    y = torch.empty((x.shape[0], n), dtype=gate_up.dtype, device=gate_up.device)
+    y = torch.empty((x.shape[0], n), dtype=out_dtype or gate_up.dtype, device=gate_up.device)
     cfg = launch_config(family, n)
     block = cfg.pop("BLOCK")
     pdl = pdl_for(x, "silu_mul", x.shape[0])
     _silu_mul_kernel[(x.shape[0], triton.cdiv(n, block))](x, y, n, x.stride(0), y.stride(0), BLOCK=block,
-                                                           PDL=pdl, launch_pdl=pdl, **cfg)
+                                                           PDL=pdl, ACCUM=out_dtype is not None, launch_pdl=pdl,
+                                                           **cfg)
     return y.reshape(*gate_up.shape[:-1], n)
 
 
-def _spec(n: int, dtype: str) -> CompileSpec:
+def _spec(n: int, dtype: str, accum: bool = False) -> CompileSpec:
     cfg = launch_config("cdna3", n)
     block = cfg.pop("BLOCK")
     return CompileSpec(
-        name=f"silu_and_mul[i{n},{dtype}]",
+        name=f"silu_and_mul[i{n},{dtype}{',accum' if accum else ''}]",
         kernel=_silu_mul_kernel,
-        signature={"x_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "n_cols": "i32", "x_stride": "i32", "y_stride": "i32",
-                   "BLOCK": "constexpr"},
-        constexprs={"BLOCK": block},
+        signature={"x_ptr": "*fp32" if accum else f"*{dtype}", "y_ptr": f"*{dtype}", "n_cols": "i32", "x_stride": "i32",
+                   "y_stride": "i32", "BLOCK": "constexpr", "ACCUM": "constexpr"},
+        constexprs={"BLOCK": block, "ACCUM": accum},
         options=lambda arch: dict(cfg),
         hot=True,
         uses_dot=False,
@@ -70,4 +79,4 @@ def _spec(n: int, dtype: str) -> CompileSpec:
     )
 
 
-AMD_COMPILE_SPECS: list[CompileSpec] = [_spec(14336, "fp16"), _spec(11008, "bf16")]
+AMD_COMPILE_SPECS: list[CompileSpec] = [_spec(14336, "fp16"), _spec(11008, "bf16"), _spec(14336, "fp16", accum=True)]

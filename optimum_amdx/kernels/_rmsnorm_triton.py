@@ -25,7 +25,7 @@ def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, y_ptr, h_ptr, perm_ptr,
     n_cols, x_stride, res_stride, y_stride, h_stride, eps,
     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, HAS_PERM: tl.constexpr = False,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, ACCUM: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
         pdl_begin()
@@ -50,7 +50,13 @@ def _rms_norm_kernel(
     w = tl.load(w_ptr + src, mask=mask, other=0.0)
     # Arithmetic in float32, rounded to the storage dtype where HF rounds: one fp32 add or
     # multiply of two fp16/bf16 values rounded once equals the native half-precision operation.
-    in_ty = x.dtype
+    if ACCUM:  # x is a float32 W4A16 accumulator: round it as the matmul's own store would have
+        in_ty = h_ptr.dtype.element_ty
+        x = x.to(in_ty)
+        if HAS_PERM:
+            xg = xg.to(in_ty)
+    else:
+        in_ty = x.dtype
     xf = x.to(tl.float32)
     if HAS_RESIDUAL:
         h = (xf + r.to(tl.float32)).to(in_ty)
@@ -65,6 +71,9 @@ def _rms_norm_kernel(
     out_ty = y_ptr.dtype.element_ty
     y = w.to(out_ty).to(tl.float32) * normed.to(out_ty).to(tl.float32)
     tl.store(y_ptr + row * y_stride + cols, y.to(out_ty), mask=mask)
+    if ACCUM:  # leave the accumulator zeroed for the next matmul (after every thread's reads of the row)
+        tl.debug_barrier()
+        tl.store(x_ptr + row * x_stride + cols, tl.zeros([BLOCK], dtype=tl.float32), mask=mask)
 
 
 def _num_warps(block: int) -> int:
@@ -74,21 +83,23 @@ def _num_warps(block: int) -> int:
 
 def rms_norm_triton(
     x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor] = None,
-    perm: Optional[torch.Tensor] = None,
+    perm: Optional[torch.Tensor] = None, accumulated: bool = False,
 ) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Launch the kernel on inputs the front has validated (GPU tensors or the interpreter)."""
+    """Launch the kernel on inputs the front has validated (GPU tensors or the interpreter). `accumulated`:
+    x is a contiguous float32 W4A16 accumulator, read in the residual's dtype and left zeroed."""
     hidden = x.shape[-1]
     x2 = x.reshape(-1, hidden)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
-    out_dtype = torch.promote_types(weight.dtype, x.dtype)
+    act_dtype = residual.dtype if accumulated else x.dtype
+    out_dtype = torch.promote_types(weight.dtype, act_dtype)
     y = torch.empty(x2.shape, dtype=out_dtype, device=x.device)
     if residual is not None:
         r2 = residual.reshape(-1, hidden)
         if r2.stride(-1) != 1:
             r2 = r2.contiguous()
-        r2 = r2.to(x.dtype)
-        h = torch.empty_like(x2)
+        r2 = r2.to(act_dtype)
+        h = torch.empty(x2.shape, dtype=act_dtype, device=x.device)
     else:
         r2, h = x2, y
     block = triton.next_power_of_2(hidden)
@@ -96,25 +107,27 @@ def rms_norm_triton(
     _rms_norm_kernel[(x2.shape[0],)](
         x2, r2, weight, y, h, perm if perm is not None else x2,
         hidden, x2.stride(0), r2.stride(0), y.stride(0), h.stride(0), eps,
-        HAS_RESIDUAL=residual is not None, BLOCK=block, HAS_PERM=perm is not None, PDL=pdl,
+        HAS_RESIDUAL=residual is not None, BLOCK=block, HAS_PERM=perm is not None, PDL=pdl, ACCUM=accumulated,
         launch_pdl=pdl, num_warps=_num_warps(block), **PINNED_COMPILE_OPTIONS,
     )
     y = y.reshape(x.shape)
     return y if residual is None else (y, h.reshape(x.shape))
 
 
-def _rms_spec(hidden: int, dtype: str, residual: bool, perm: bool = False) -> CompileSpec:
+def _rms_spec(hidden: int, dtype: str, residual: bool, perm: bool = False, accum: bool = False) -> CompileSpec:
     block = triton.next_power_of_2(hidden)
     sig = {
-        "x_ptr": f"*{dtype}", "res_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "y_ptr": f"*{dtype}", "h_ptr": f"*{dtype}",
-        "perm_ptr": "*i32", "n_cols": "i32", "x_stride": "i32", "res_stride": "i32", "y_stride": "i32", "h_stride": "i32",
-        "eps": "fp32", "HAS_RESIDUAL": "constexpr", "BLOCK": "constexpr", "HAS_PERM": "constexpr",
+        "x_ptr": "*fp32" if accum else f"*{dtype}", "res_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "y_ptr": f"*{dtype}",
+        "h_ptr": f"*{dtype}", "perm_ptr": "*i32", "n_cols": "i32", "x_stride": "i32", "res_stride": "i32",
+        "y_stride": "i32", "h_stride": "i32", "eps": "fp32", "HAS_RESIDUAL": "constexpr", "BLOCK": "constexpr",
+        "HAS_PERM": "constexpr", "ACCUM": "constexpr",
     }
+    tags = (",residual" if residual else "") + (",perm" if perm else "") + (",accum" if accum else "")
     return CompileSpec(
-        name=f"rms_norm[h{hidden},{dtype}{',residual' if residual else ''}{',perm' if perm else ''}]",
+        name=f"rms_norm[h{hidden},{dtype}{tags}]",
         kernel=_rms_norm_kernel,
         signature=sig,
-        constexprs={"HAS_RESIDUAL": residual, "BLOCK": block, "HAS_PERM": perm},
+        constexprs={"HAS_RESIDUAL": residual, "BLOCK": block, "HAS_PERM": perm, "ACCUM": accum},
         options=lambda arch: {"num_warps": _num_warps(block), "num_stages": 1},
         hot=True,
         uses_dot=False,
@@ -127,4 +140,6 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     _rms_spec(4096, "bf16", False),
     _rms_spec(8192, "fp16", True),
     _rms_spec(4096, "fp16", True, perm=True),
+    _rms_spec(4096, "fp16", True, accum=True),  # a W4A16 accumulator's reader (one-row GPTQ decode)
+    _rms_spec(4096, "bf16", True, perm=True, accum=True),
 ]

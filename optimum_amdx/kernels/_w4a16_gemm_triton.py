@@ -154,14 +154,23 @@ def _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_
 
 @triton.jit
 def _write_tile(acc, out_ptr, ws_ptr, cnt, n_splits, bias_ptr, offs_m, offs_n, m_mask, N, stride_om,
-                SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+                SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+                ACCUM: tl.constexpr = False):
     """Store the float32 tile ``acc`` = out^T [BLOCK_N, BLOCK_M] (+ bias). With SPLIT > 1 (`n_splits`
     programs share the tile along K), add it into the float32 workspace instead; the split that takes
     the last ticket at `cnt` writes the sum and clears the workspace and the ticket (one graph-safe
-    launch). Shared with `_w4a16_pipelined_ptx`."""
+    launch). Shared with `_w4a16_pipelined_ptx`. ACCUM: `ws_ptr` is the caller's zeroed float32
+    ``[M, N]`` accumulator and the result: the tile is stored (one split) or added (several) there, with
+    no ticket and no output store (`w4a16.w4a16_accumulate`; no bias)."""
     out_mask = (offs_n < N)[:, None] & m_mask[None, :]
     out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
-    if SPLIT == 1:
+    if ACCUM:
+        ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
+        if SPLIT == 1:
+            tl.store(ws_ptrs, acc, mask=out_mask)
+        else:
+            tl.atomic_add(ws_ptrs, acc, mask=out_mask, sem="relaxed")
+    elif SPLIT == 1:
         if HAS_BIAS:
             acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
         tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)

@@ -176,7 +176,7 @@ def _w4a16_pipelined_kernel(
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, HALF_DEQ: tl.constexpr = False,
-    UNROLL: tl.constexpr = 1,
+    UNROLL: tl.constexpr = 1, ACCUM: tl.constexpr = False,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -226,7 +226,7 @@ def _w4a16_pipelined_kernel(
                                  CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ)
             acc = tl.dot(wt, x_t, acc)
     _write_tile(acc, out_ptr, ws_ptr, cnt_ptr + pid, SPLIT, bias_ptr, offs_m, offs_n, m_mask, N, stride_om, SPLIT,
-                HAS_BIAS, BLOCK_N, BLOCK_M)
+                HAS_BIAS, BLOCK_N, BLOCK_M, ACCUM)
 
 
 PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
@@ -289,9 +289,15 @@ def pipelined_eligible(arch: str, w: "W4A16Weight") -> bool:
 
 
 def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str,
-                     config: Optional[dict[str, Any]] = None, narrow: bool = False) -> torch.Tensor:
+                     config: Optional[dict[str, Any]] = None, narrow: bool = False,
+                     accumulate_into: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``x2 @ W (+ bias)`` through the pipelined fused GEMM; x2 is ``[M, K]`` with unit stride along K.
-    `narrow` (an output under `w4a16.WIDE_N` columns) picks the config when `config` is None."""
+    `narrow` (an output under `w4a16.WIDE_N` columns) picks the config when `config` is None.
+    `accumulate_into`: a zeroed, contiguous float32 ``[M, N]`` accumulator that receives the sums and is
+    returned (no bias, no split-K ticket: `w4a16.w4a16_accumulate`)."""
+    if accumulate_into is not None and (bias is not None or accumulate_into.dtype != torch.float32
+                                        or not accumulate_into.is_contiguous()):
+        raise ValueError("accumulate_into takes a contiguous float32 accumulator and no bias")
     if not (pipelined_eligible(arch, w) or (arch == "cpu" and w.bits == 4 and w.kernel_ready)):
         raise ValueError("the pipelined W4A16 GEMM needs an NVIDIA GPU (or the interpreter) and a 4-bit "
                          "kernel-ready weight")
@@ -306,13 +312,16 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         raise ValueError(f"BLOCK_N={block_n} must divide the layout's {TILE}-column tile")
     if cfg.get("UNROLL", 1) not in (1, 2):
         raise ValueError(f"UNROLL={cfg['UNROLL']}: the kernel takes 1 or 2 K tiles per step")
-    out = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
+    accumulate = accumulate_into is not None
+    out = accumulate_into if accumulate else torch.empty(m, n, dtype=x2.dtype, device=x2.device)
     # x in the layout's row order (act-order), zero columns for the padded rows (ragged K)
     x_src = gather_x(x2, w, True) if w.perm is not None or k % TILE else x2
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     splits, per = split_k(tiles, 1, w.k_tiles, cfg, compute_units(x2.device))
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles
-    ws, cnt = _workspace(x2.device, n, m) if splits > 1 else (out, out)
+    ws, cnt = _workspace(x2.device, n, m) if splits > 1 or accumulate else (out, out)
+    if accumulate:
+        ws = out
     _w4a16_pipelined_kernel[(tiles, splits)](
         x_src, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
         bias if bias is not None else w.scales, out, ws, cnt,
@@ -321,6 +330,6 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu",
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and arch != "cpu" and half, UNROLL=int(cfg.get("UNROLL", 1)),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        ACCUM=accumulate, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     return out

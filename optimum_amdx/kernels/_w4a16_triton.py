@@ -531,16 +531,25 @@ def _tile_consts(s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N: 
 
 @triton.jit
 def _leave_block(res, out_ptrs, ws_ptrs, out_mask, bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KT, cnt,
-                 BLOCK_M: tl.constexpr, HAS_BIAS: tl.constexpr):
+                 BLOCK_M: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUM: tl.constexpr = False):
     """The partial sums `res` of column block nb (`KT` units) leave this program (every stream path).
     A program that saw the whole block stores the output. Otherwise the programs ``p_first..p_last``
     share it: each adds its sums into the float32 workspace and takes a ticket (acq_rel); the last
     to arrive reads and clears the workspace (relaxed: the ticket's acquire orders it), adds the
     bias, stores and resets the ticket (relaxed: the launch's end orders it before the next one).
     (An ordered flush, the holder of the block's last tile waiting on an acquire load while the
-    other sharers post without awaiting a reply, measured no faster on an H200: RESULTS.md round9.)"""
+    other sharers post without awaiting a reply, measured no faster on an H200: RESULTS.md round9.)
+
+    ACCUM: `ws_ptrs` point into the caller's zeroed float32 accumulator, which is the result: the sums are
+    stored (whole block) or added (shared block) there and the program goes on; no ticket, no output
+    store. The kernel that reads the accumulator next zeroes it (`stream_matmul`, ``accumulate``)."""
     first = nb * KT
-    if (u0 <= first) & (first + KT <= u1):
+    if ACCUM:
+        if (u0 <= first) & (first + KT <= u1):
+            tl.store(ws_ptrs, res, mask=out_mask)
+        else:
+            tl.atomic_add(ws_ptrs, res, mask=out_mask, sem="relaxed")
+    elif (u0 <= first) & (first + KT <= u1):
         if HAS_BIAS:
             res += _bias_cols(bias_ptr, offs_n, N, BLOCK_M)
         tl.store(out_ptrs, res.to(out_ptrs.dtype.element_ty), mask=out_mask)
@@ -630,7 +639,7 @@ def _w4a16_stream_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, FENCE: tl.constexpr = False,
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
-    LOOKAHEAD: tl.constexpr = False, PDL: tl.constexpr = False,
+    LOOKAHEAD: tl.constexpr = False, PDL: tl.constexpr = False, ACCUM: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -643,6 +652,7 @@ def _w4a16_stream_kernel(
     u0 = pid * n_units // n_prog
     u1 = (pid + 1) * n_units // n_prog
     if BLOCK_M == 1 and PACKED and LOOKAHEAD:
+        tl.static_assert(not ACCUM, "the look-ahead loop flushes through tickets only")
         _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr, u0, u1, pid_m, n_prog,
                            n_units, N, K, KT, NB, stride_om, GROUP_SIZE, CHUNKS, BLOCK_N, HAS_ZEROS, HAS_BIAS, EVEN_K, FENCE)
         return
@@ -750,7 +760,7 @@ def _w4a16_stream_kernel(
                 out_ptrs = out_ptr + offs_m[None, :] * stride_om + offs_n[:, None]
                 ws_ptrs = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
             _leave_block(res, out_ptrs, ws_ptrs, out_mask, bias_ptr, offs_n, N, nb, u0, u1, n_prog, n_units, KT,
-                         cnt_ptr + pid_m * NB + nb, BLOCK_M, HAS_BIAS)
+                         cnt_ptr + pid_m * NB + nb, BLOCK_M, HAS_BIAS, ACCUM)
             if BLOCK_M == 1:
                 acc2 = tl.zeros([BLOCK_N, R], dtype=tl.float32)
             else:
@@ -972,11 +982,20 @@ def packed_route(cfg: dict[str, Any], arch: str, dtype: torch.dtype, chunks: int
 
 
 def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], out: torch.Tensor,
-                  arch: str, config: Optional[dict[str, Any]] = None) -> None:
-    """``out = x2 @ W (+ bias)`` for up to `WS_ROWS` rows through the stream-K kernel."""
+                  arch: str, config: Optional[dict[str, Any]] = None, accumulate: bool = False) -> None:
+    """``out = x2 @ W (+ bias)`` for up to `WS_ROWS` rows through the stream-K kernel.
+
+    accumulate: `out` is a zeroed, contiguous float32 ``[M, N]`` accumulator and receives the float32 sums
+    (no bias): the kernel ends without the split-K flush (the ticket, the last sharer's read-back and the
+    output store: 0.6-2.2 us a call on an H200, RESULTS.md round11), and whoever reads `out` next must
+    leave it zeroed (`w4a16.Accumulator`)."""
     m = x2.shape[0]
     k, n = w.in_features, w.out_features
+    if accumulate and (bias is not None or out.dtype != torch.float32 or not out.is_contiguous()):
+        raise ValueError("accumulate takes a contiguous float32 accumulator and no bias")
     cfg = dict(config or stream_config(arch, m))
+    if accumulate:
+        cfg["LOOKAHEAD"] = False
     if m > 1 and cfg["BLOCK_M"] == 1:
         raise ValueError("BLOCK_M = 1 serves one row only")
     block_m = cfg["BLOCK_M"]
@@ -1000,9 +1019,12 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
             BLOCK=XPACK_BLOCK, num_warps=4)
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
-           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead, pdl)
+           bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead, pdl,
+           accumulate)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
+    if accumulate:
+        ws = out
     ck = _w4a16_stream_kernel[(grid, m_blocks)](
         x2, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
         w.perm if w.perm is not None else w.qweight, bias if bias is not None else w.scales, out, ws, cnt, xp,
@@ -1011,7 +1033,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
-        LOOKAHEAD=lookahead, PDL=pdl, launch_pdl=pdl, **launch_options(cfg, arch),
+        LOOKAHEAD=lookahead, PDL=pdl, ACCUM=accumulate, launch_pdl=pdl, **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)
@@ -1056,21 +1078,25 @@ _CDNA = ("gfx90a", "gfx942", "gfx950")
 _RDNA3 = ("gfx1100",)
 
 
-def _stream_spec(rows: int, group: int, zeros: bool, perm: bool, archs: tuple[str, ...]) -> CompileSpec:
+def _stream_spec(rows: int, group: int, zeros: bool, perm: bool, archs: tuple[str, ...],
+                 accum: bool = False) -> CompileSpec:
     sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "perm_ptr": "*i32",
-           "bias_ptr": "*fp16", "out_ptr": "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "xp_ptr": "*i32", "M": "i32", "N": "i32",
-           "K": "i32", "KT": "i32", "NB": "i32", "stride_xm": "i32", "stride_om": "i32", "n_units": "i32",
-           "e7_bits": "i32"}
-    names = ("GROUP_SIZE", "CHUNKS", "BLOCK_M", "BLOCK_N", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "EVEN_K", "EVEN_N")
+           "bias_ptr": "*fp16", "out_ptr": "*fp32" if accum else "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
+           "xp_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "KT": "i32", "NB": "i32", "stride_xm": "i32",
+           "stride_om": "i32", "n_units": "i32", "e7_bits": "i32"}
+    names = ("GROUP_SIZE", "CHUNKS", "BLOCK_M", "BLOCK_N", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "EVEN_K", "EVEN_N",
+             "ACCUM")
     sig.update({c: "constexpr" for c in names})
     cfg0 = stream_config(archs[-1], rows)
-    tag = ("asym" if zeros else "sym") + (",act-order" if perm else "") + (",rdna3" if archs == _RDNA3 else "")
+    tag = (("asym" if zeros else "sym") + (",act-order" if perm else "") + (",accum" if accum else "")
+           + (",rdna3" if archs == _RDNA3 else ""))
     return CompileSpec(
         name=f"w4a16_stream[m{rows}:{cfg0['BLOCK_M']},g{group},{tag}]",
         kernel=_w4a16_stream_kernel,
         signature=sig,
         constexprs={"GROUP_SIZE": group, "CHUNKS": _chunks(group), "BLOCK_M": cfg0["BLOCK_M"], "BLOCK_N": TILE_N,
-                    "HAS_ZEROS": zeros, "HAS_PERM": perm, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True},
+                    "HAS_ZEROS": zeros, "HAS_PERM": perm, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True,
+                    "ACCUM": accum},
         options=lambda arch: launch_options(stream_config(arch, rows), arch),
         hot=True,
         uses_dot=cfg0["BLOCK_M"] > 1,
@@ -1103,6 +1129,8 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     for archs in (_CDNA, _RDNA3)
     for spec in (
         _stream_spec(1, 128, False, False, archs),
+        _stream_spec(1, 128, False, False, archs, accum=True),  # one-row GPTQ decode (`w4a16_accumulate`)
+        _stream_spec(16, 128, False, False, archs, accum=True),
         _stream_spec(1, 128, True, True, archs),
         _stream_spec(1, 32, True, False, archs),
         _stream_spec(16, 128, True, False, archs),

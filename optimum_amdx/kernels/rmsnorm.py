@@ -41,13 +41,26 @@ def rms_norm_reference(
 
 def rms_norm(
     x: "torch.Tensor", weight: "torch.Tensor", eps: float, residual: Optional["torch.Tensor"] = None,
-    perm: Optional["torch.Tensor"] = None,
+    perm: Optional["torch.Tensor"] = None, accumulated: bool = False,
 ) -> Union["torch.Tensor", tuple["torch.Tensor", "torch.Tensor"]]:
     """RMSNorm over the last dim of ``x [..., hidden]``; with `residual`, returns ``(norm(x + r), x + r)``;
     with `perm` (integer ``[hidden]``, a permutation), the normalized output's columns in that order.
 
+    accumulated: x is a float32 accumulator of `w4a16.w4a16_accumulate` (a residual is required): it is
+    read rounded to the residual's dtype, as the matmul's own output would have been, and left zeroed
+    for the next matmul (in the same kernel; the reference path zeroes it afterwards).
+
     Runs the Triton kernel when `use_triton` holds for the inputs, else `rms_norm_reference`.
     """
+    if accumulated:
+        import torch
+
+        if residual is None or x.dtype != torch.float32 or not x.is_contiguous():
+            raise InvalidArgumentError("accumulated=True takes a contiguous float32 accumulator and a residual.")
+        if not use_triton(x, weight, residual) or x.numel() == 0:
+            out = rms_norm_reference(x.to(residual.dtype), weight, eps, residual, perm)
+            x.zero_()
+            return out
     hidden = x.shape[-1]
     if weight.shape != (hidden,):
         raise InvalidArgumentError(f"RMSNorm weight has shape {tuple(weight.shape)}; expected ({hidden},) for x {tuple(x.shape)}.")
@@ -61,4 +74,4 @@ def rms_norm(
         return rms_norm_reference(x, weight, eps, residual, perm)
     from ._rmsnorm_triton import rms_norm_triton
 
-    return rms_norm_triton(x, weight, eps, residual, perm)
+    return rms_norm_triton(x, weight, eps, residual, perm, accumulated)

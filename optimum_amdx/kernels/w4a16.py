@@ -41,6 +41,10 @@ __all__ = [
     "tile_pack",
     "w4a16_matmul",
     "w4a16_matmul_reference",
+    "accumulates",
+    "accumulator",
+    "ACCUMULATE_MAX_ROWS",
+    "w4a16_accumulate",
     "choose_route",
     "dispatch_route",
     "STREAM_MAX_M",
@@ -499,6 +503,82 @@ def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> s
 
     return choose_route(m, arch_family(arch), w.out_features, few_rows=kr.rows_eligible(arch, dtype, w),
                         pipelined=kp.pipelined_eligible(arch, w), weight_elems=w.in_features * w.out_features)
+
+
+ACCUMULATING_ROUTES = ("stream", "pipelined")
+"""The routes whose kernels can leave their float32 sums in a caller's accumulator (`w4a16_accumulate`)."""
+ACCUMULATE_MAX_ROWS = 16
+"""Most rows `accumulates` takes. The reader of an accumulator moves 4 bytes per value and writes the zeros
+back, against 2 bytes read from a half-precision output: at 64 rows that traffic cost more than the flush
+it saves (H100 decode step, GPTQ batch 64: Llama-3-8B 6.417 -> 6.452 ms, Llama-2-7B 10.457 -> 10.485; at
+16 rows 3.630 -> 3.524 and 4.482 -> 4.372; RESULTS.md round 13)."""
+
+
+def _accumulating_route(x: "torch.Tensor", w: W4A16Weight) -> Optional[str]:
+    import torch
+
+    from .runtime import device_arch, interpret_mode
+
+    if x.dim() != 2 or x.dtype not in (torch.float16, torch.bfloat16) or not (w.kernel_ready and use_triton(x, w.qweight)):
+        return None
+    if x.shape[0] > ACCUMULATE_MAX_ROWS:
+        return None
+    arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
+    route = dispatch_route(x.shape[0], w, x.dtype, arch)
+    return route if route in ACCUMULATING_ROUTES else None
+
+
+def accumulates(x: "torch.Tensor", w: W4A16Weight) -> bool:
+    """Whether `w4a16_accumulate` can take `x` (``[M, K]``, fp16/bf16, at most `ACCUMULATE_MAX_ROWS` rows)
+    times `w`: the Triton kernels run here and the dispatcher sends M rows to a route of
+    `ACCUMULATING_ROUTES` (on NVIDIA one row and 4-16 rows; 2-3 rows take the few-row kernel)."""
+    return _accumulating_route(x, w) is not None
+
+
+_ACCUMULATORS: dict[tuple[Any, int], "torch.Tensor"] = {}
+
+
+def accumulator(device: "torch.device", n: int, rows: int) -> "torch.Tensor":
+    """A zeroed float32 ``[rows, n]`` accumulator for `w4a16_accumulate`, one per device and N (at most
+    `ACCUMULATE_MAX_ROWS` rows, allocated once at full size so graph captures see a fixed address).
+
+    The contract that makes sharing safe: every accumulated result is read by the very next kernel that
+    touches the buffer, and that kernel leaves it zeroed (the ``accumulated=True`` forms of `rms_norm` and
+    `silu_and_mul`); no other W4A16 call of the same N runs in between."""
+    import torch
+
+    if rows > ACCUMULATE_MAX_ROWS:
+        raise InvalidArgumentError(f"an accumulator holds at most {ACCUMULATE_MAX_ROWS} rows; got {rows}")
+    key = (device, n)
+    buf = _ACCUMULATORS.get(key)
+    if buf is None:
+        with torch.inference_mode(False):  # a normal tensor even when first asked for under inference mode
+            buf = _ACCUMULATORS[key] = torch.zeros(ACCUMULATE_MAX_ROWS, n, dtype=torch.float32, device=device)
+    return buf[:rows]
+
+
+def w4a16_accumulate(x: "torch.Tensor", w: W4A16Weight, acc: "torch.Tensor") -> "torch.Tensor":
+    """``acc += x @ W`` in float32, for a zeroed `acc` (`accumulator`) and an `x` that `accumulates` takes;
+    returns `acc`. The kernel then ends without its split-K flush: no ticket, no read-back by the last
+    sharer of a tile, no output store (RESULTS.md round 13). No bias (the decoder only asks without one)."""
+    from . import _w4a16_triton as kt
+    from .runtime import device_arch, interpret_mode
+
+    _check_x(x, w)
+    route = _accumulating_route(x, w)
+    if route is None:
+        raise InvalidArgumentError("w4a16_accumulate needs an accumulating route (check `accumulates` first)")
+    if tuple(acc.shape) != (x.shape[0], w.out_features) or not acc.is_contiguous():
+        raise InvalidArgumentError(f"accumulator shape {tuple(acc.shape)}; expected {(x.shape[0], w.out_features)}")
+    x2 = x if x.stride(-1) == 1 else x.contiguous()
+    arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
+    if route == "stream":
+        kt.stream_matmul(x2, w, None, acc, arch, accumulate=True)
+    else:
+        from . import _w4a16_pipelined_ptx as kp
+
+        kp.pipelined_matmul(x2, w, None, arch, narrow=w.out_features < WIDE_N, accumulate_into=acc)
+    return acc
 
 
 def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor"] = None,

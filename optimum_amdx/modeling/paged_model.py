@@ -26,7 +26,7 @@ the GPU family's table takes the shape (`DecodeFusions` switches each of these).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from torch import nn
@@ -191,6 +191,10 @@ class DecodeFusions:
     norm_gemm: with the skinny GEMM, the residual add + RMSNorm before q/k/v and before gate/up run
         inside those GEMMs (`skinny_gemm_norm`). Off by default: on an H200 every GEMM program
         re-reading the rows for the norm cost more than the launches it saved (benchmarks/RESULTS.md).
+    accumulate: a GPTQ o_proj, gate/up and down projection that the W4A16 stream kernel serves (one row
+        on NVIDIA) leaves its float32 sums in an accumulator (`w4a16.w4a16_accumulate`), which the norm or
+        SiLU * up after it reads and zeroes: the matmul ends without its split-K flush (on an H100 1.1-3.3
+        us a call; benchmarks/RESULTS.md round 13). q/k/v keep the flush (their reader is the rotary kernel).
     """
 
     rope_cache: bool = True
@@ -200,6 +204,14 @@ class DecodeFusions:
     act_gemm: bool = False
     norm_gemm: bool = False
     fused_reduce: bool = False
+    accumulate: bool = True
+
+
+class _Accumulated(NamedTuple):
+    """A projection's result still in its float32 W4A16 accumulator (`PagedDecoder._accumulate`): only
+    `PagedDecoder._add_norm` and SiLU * up may read it, once (they zero it for the next matmul)."""
+
+    acc: torch.Tensor
 
 
 def _is_silu(act: Callable[[torch.Tensor], torch.Tensor]) -> bool:
@@ -349,21 +361,48 @@ class PagedDecoder:
         residual.addmm_(a, module.weight.t())
         return True
 
+    def _accumulate(self, x: torch.Tensor, w, bias: torch.Tensor | None) -> _Accumulated | None:
+        """``x @ W`` left in the shared float32 accumulator of W's N (`DecodeFusions.accumulate`), when the
+        fusion is on, there is no bias and the W4A16 stream kernel takes `x`; else None. Its reader must be
+        the next kernel to touch that accumulator (`w4a16.accumulator`): the norm or SiLU * up right after."""
+        if not self.fusions.accumulate or w is None or bias is not None or x.dtype not in _HALF:
+            return None
+        from ..kernels.w4a16 import accumulates, accumulator, w4a16_accumulate
+
+        if not accumulates(x, w):
+            return None
+        return _Accumulated(w4a16_accumulate(x, w, accumulator(x.device, w.out_features, x.shape[0])))
+
+    def _accumulate_module(self, module: nn.Module, x: torch.Tensor) -> _Accumulated | None:
+        """`_accumulate` for a 4-bit GPTQ linear module (`kernel_weight`), else None."""
+        if not callable(getattr(module, "kernel_weight", None)) or x.dtype not in _HALF:
+            return None
+        w = module.kernel_weight()
+        return self._accumulate(x, w, module.bias) if w.kernel_ready else None
+
     @staticmethod
-    def _add_norm(h: torch.Tensor | None, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+    def _add_norm(h: torch.Tensor | _Accumulated | None, residual: torch.Tensor, weight: torch.Tensor, eps: float,
                   perm: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(RMSNorm of h + residual, h + residual); h None: the last projection was already added into
-        `residual` (`_into_residual`), so only the norm runs."""
+        `residual` (`_into_residual`), so only the norm runs; an `_Accumulated` h is read (and zeroed) there."""
         if h is None:
             return rms_norm(residual, weight, eps, perm=perm), residual
+        if isinstance(h, _Accumulated):
+            return rms_norm(h.acc, weight, eps, residual=residual, perm=perm, accumulated=True)
         return rms_norm(h, weight, eps, residual=residual, perm=perm)
 
-    def _mlp(self, layer: _Layer, x: torch.Tensor, linear, residual: torch.Tensor | None = None) -> torch.Tensor | None:
-        """The MLP of `x`; None when its down projection was added into `residual` (`_into_residual`)."""
+    def _mlp(self, layer: _Layer, x: torch.Tensor, linear,
+             residual: torch.Tensor | None = None) -> torch.Tensor | _Accumulated | None:
+        """The MLP of `x`; None when its down projection was added into `residual` (`_into_residual`); an
+        `_Accumulated` down projection (only when `residual` is given: its reader is the next norm)."""
         if layer.moe is not None:
             return layer.moe(x)
         proj = layer.gate_up
         if self.fusions.silu_mul and layer.act_is_silu:  # one pass of SiLU(gate) * up over the fused output
+            act_gemm = self.fusions.act_gemm and linear is skinny_gemm and type(layer.down_proj) is nn.Linear
+            gate_up = None if act_gemm else self._accumulate(x, proj.qweight, proj.qbias)
+            if gate_up is not None:
+                return self._apply_down(layer, silu_and_mul(gate_up.acc, accumulated_dtype=x.dtype), linear, residual)
             fused = proj.fused_output(x, linear)
             if fused is not None:
                 return self._down(layer, fused, linear, residual)
@@ -379,18 +418,22 @@ class PagedDecoder:
         return self._apply_down(layer, silu_and_mul(gate_up), linear, residual)
 
     def _apply_down(self, layer: _Layer, a: torch.Tensor, linear,
-                    residual: torch.Tensor | None = None) -> torch.Tensor | None:
+                    residual: torch.Tensor | None = None) -> torch.Tensor | _Accumulated | None:
         """The down projection of `a` = act(gate) * up. An fp16/bf16 `a` came from the fused gate/up
         weight (the only path for those dtypes when `down_sorted` exists), so it is already in the act-order
         down projection's sorted order and takes `down_sorted`; any other input takes the module, added
-        into `residual` when given and `_into_residual` can (then None)."""
+        into `residual` when given and `_into_residual` can (then None). With `residual` given the next
+        kernel is the norm that adds it, so a GPTQ down projection may stay `_Accumulated`."""
         if layer.down_sorted is not None and a.dtype in _HALF:
             from ..kernels.w4a16 import w4a16_matmul
 
-            return w4a16_matmul(a, layer.down_sorted, getattr(layer.down_proj, "bias", None))
+            bias = getattr(layer.down_proj, "bias", None)
+            acc = self._accumulate(a, layer.down_sorted, bias) if residual is not None else None
+            return acc if acc is not None else w4a16_matmul(a, layer.down_sorted, bias)
         if self._into_residual(layer.down_proj, a, residual, linear):
             return None
-        return self._apply(layer.down_proj, a, linear)
+        acc = self._accumulate_module(layer.down_proj, a) if residual is not None else None
+        return acc if acc is not None else self._apply(layer.down_proj, a, linear)
 
     @torch.inference_mode()
     def forward(self, batch: BatchInputs, cache: PagedKVCache) -> torch.Tensor:
@@ -415,7 +458,7 @@ class PagedDecoder:
             if residual is None:
                 residual = h
                 q, k, v = self._project(layer.qkv, rms_norm(h, layer.ln1_w, layer.ln1_eps, perm=qkv_order), linear)
-            elif h is not None and fuse_norm and self._dense(layer.qkv):
+            elif isinstance(h, torch.Tensor) and fuse_norm and self._dense(layer.qkv):
                 qkv, residual = skinny_gemm_norm(h, residual, layer.ln1_w, layer.ln1_eps, layer.qkv.weight,
                                                  layer.qkv.bias)
                 q, k, v = qkv.split(layer.qkv.sizes, dim=-1)
@@ -447,12 +490,14 @@ class PagedDecoder:
             post_attn, post_mlp = layer.parts.post_attn_norm, layer.parts.post_mlp_norm
             if post_attn is None and self._into_residual(layer.o_proj, attn, residual, linear):
                 h = None
+            elif post_attn is None and (acc := self._accumulate_module(layer.o_proj, attn)) is not None:
+                h = acc  # read by the norm just below
             else:
                 h = self._apply(layer.o_proj, attn, linear)
                 if post_attn is not None:
                     h = rms_norm(h, post_attn.weight, post_attn.eps)
             gu = layer.gate_up
-            if h is not None and fuse_norm and self.fusions.silu_mul and layer.act_is_silu and self._dense(gu):
+            if isinstance(h, torch.Tensor) and fuse_norm and self.fusions.silu_mul and layer.act_is_silu and self._dense(gu):
                 gate_up, residual = skinny_gemm_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.weight, gu.bias)
                 h = self._down(layer, gate_up, linear)
             else:
@@ -460,10 +505,14 @@ class PagedDecoder:
                 h = self._mlp(layer, x, linear, residual if post_mlp is None else None)
             if post_mlp is not None:
                 h = rms_norm(h, post_mlp.weight, post_mlp.eps)
-        if trim_at < 0:
-            residual = residual.index_select(0, rows)
-            h = h.index_select(0, rows) if h is not None else None
-        x, _ = self._add_norm(h, residual, self.norm_w, self.norm_eps)
+        if isinstance(h, _Accumulated):  # the norm reads the whole accumulator (and zeroes it), then the rows
+            x, _ = self._add_norm(h, residual, self.norm_w, self.norm_eps)
+            x = x.index_select(0, rows) if trim_at < 0 else x
+        else:
+            if trim_at < 0:
+                residual = residual.index_select(0, rows)
+                h = h.index_select(0, rows) if h is not None else None
+            x, _ = self._add_norm(h, residual, self.norm_w, self.norm_eps)
         logits = self._apply(self.lm_head, x, self._linear_fn(x.shape[0]))
         if self.final_softcap is not None:
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap

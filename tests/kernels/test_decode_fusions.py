@@ -249,6 +249,76 @@ def test_skinny_gemm_norm_reference_matches_rms_norm_then_linear():
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="interpreter end-to-end check; tests/modeling/test_gpu.py covers the GPU")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul_reads_and_zeroes_a_float32_accumulator(dtype):
+    """`accumulated_dtype`: the float32 sums are read rounded to the activation dtype, exactly as the
+    matmul's own output would have been, and the accumulator is left zeroed for the next matmul."""
+    acc = _rand(2, 2 * 300, seed=8, scale=3.0).contiguous()
+    plain = silu_and_mul(acc.to(dtype))  # the same kernel on the rounded sums: bit for bit
+    out = silu_and_mul(acc, accumulated_dtype=dtype)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, plain, rtol=0, atol=0)
+    assert float(acc.abs().sum()) == 0.0
+    with pytest.raises(InvalidArgumentError, match="float32"):
+        silu_and_mul(acc.to(dtype), accumulated_dtype=dtype)
+
+
+@pytest.mark.parametrize("perm", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_reads_and_zeroes_a_float32_accumulator(dtype, perm):
+    from optimum_amdx.kernels.rmsnorm import rms_norm
+
+    hidden = 192
+    acc = _rand(3, hidden, seed=9, scale=2.0).contiguous()
+    residual = _rand(3, hidden, seed=10, dtype=dtype)
+    weight = _rand(hidden, seed=11, dtype=dtype)
+    order = torch.randperm(hidden, generator=torch.Generator().manual_seed(4)).to(DEVICE) if perm else None
+    y_plain, h_plain = rms_norm(acc.to(dtype), weight, 1e-6, residual=residual, perm=order)  # bit for bit
+    y, h = rms_norm(acc, weight, 1e-6, residual=residual, perm=order, accumulated=True)
+    assert y.dtype == y_plain.dtype and h.dtype == dtype
+    torch.testing.assert_close(h, h_plain, rtol=0, atol=0)
+    torch.testing.assert_close(y, y_plain, rtol=0, atol=0)
+    assert float(acc.abs().sum()) == 0.0
+    with pytest.raises(InvalidArgumentError, match="residual"):
+        rms_norm(acc, weight, 1e-6, accumulated=True)
+
+
+def test_gptq_decoder_accumulating_projections_generates_the_same_tokens(monkeypatch):
+    """A tiny act-order GPTQ Llama in fp16 through the kernels: o_proj, gate/up and down left in float32
+    accumulators (read and zeroed by the norm / SiLU * up after them) give the tokens of the decoder that
+    flushes every matmul, and of transformers; decode steps take the accumulating path."""
+    from optimum_amdx.kernels import w4a16
+    from optimum_amdx.modeling import AMDModelForCausalLM
+
+    from ..modeling.conftest import hf_greedy
+    from ..modeling.test_act_order import act_order_model
+
+    model = act_order_model(seed=5).half()
+    prompt = [9, 4, 33, 2, 71, 8]
+    expected = hf_greedy(model, prompt, 4)  # transformers on the CPU
+    model = model.to(DEVICE)
+    calls = []
+    real = w4a16.w4a16_accumulate
+    monkeypatch.setattr(w4a16, "w4a16_accumulate", lambda *a: calls.append(a[1].out_features) or real(*a))
+    outs = {}
+    for on in (True, False):
+        am = AMDModelForCausalLM(model, num_blocks=16, block_size=4, max_num_seqs=2, max_model_len=64)
+        am.decoder.fusions.accumulate = on
+        outs[on] = am.generate([prompt], max_new_tokens=4, do_sample=False)[0]
+        if on:
+            hidden, inter = model.config.hidden_size, model.config.intermediate_size
+            assert sorted(set(calls)) == sorted({hidden, 2 * inter}), calls  # o_proj / down, gate/up
+            assert all(float(b.abs().sum()) == 0.0 for b in w4a16._ACCUMULATORS.values())
+    # 3 one-row decode steps, and the 6-row prompt step where the stream route takes 6 rows (the interpreter,
+    # AMD; not NVIDIA); 3 projections a layer
+    o_proj = model.model.layers[0].self_attn.o_proj.kernel_weight()
+    prompt_step = w4a16.accumulates(torch.zeros(6, o_proj.in_features, dtype=torch.float16, device=DEVICE), o_proj)
+    assert len(calls) == (3 + prompt_step) * 3 * model.config.num_hidden_layers
+    assert outs[True] == outs[False]
+    if DEVICE == "cpu":  # the interpreter's kernels follow transformers' rounding (a GPU may break a near-tie)
+        assert outs[True] == expected
+
+
 def test_act_order_gptq_decoder_through_the_kernels_with_and_without_the_moved_gathers(monkeypatch):
     """A tiny act-order GPTQ Llama in fp16 through every Triton kernel (interpreter): the engine with the
     gathers moved into the RMSNorm and the gate/up column order (the norm's `perm` path and the W4A16

@@ -189,6 +189,36 @@ def test_split_stream_workspace_is_left_clean_and_reused():
         assert int(cnt.abs().sum()) == 0 and float(ws.abs().sum()) == 0.0
 
 
+@pytest.mark.parametrize("m, programs", [(1, 3), (1, 1), (3, 4)])
+def test_accumulate_adds_float32_sums_without_the_flush(m, programs):
+    """`w4a16_accumulate`: programs sharing a column block add their sums into the caller's zeroed
+    float32 accumulator (no ticket, no output store); the result is the matmul in float32, and the
+    kernel's own workspace and tickets stay untouched."""
+    from optimum_amdx.kernels._w4a16_triton import _WORKSPACES, stream_matmul
+    from optimum_amdx.kernels.w4a16 import accumulates, accumulator, w4a16_accumulate
+
+    qweight, qzeros, scales, g_idx, _ = quantize(512, 64, 4, 32, False, False, "gptq", seed=13)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=32)
+    x = torch.randn(m, 512, generator=torch.Generator().manual_seed(m)).half().to(DEVICE)
+    ref = w4a16_matmul_reference(x, w).float()
+    acc = accumulator(x.device, 64, m)
+    if DEVICE == "cpu":  # the interpreter: force a grid whose programs share column blocks
+        cfg = {"BLOCK_M": 1 if m == 1 else 16, "num_warps": 1, "programs": programs}
+        stream_matmul(x, w, None, acc, "cpu", cfg, accumulate=True)
+    else:
+        assert accumulates(x, w) == (m == 1)
+        if m > 1:
+            return
+        w4a16_accumulate(x, w, acc)
+    assert acc.dtype == torch.float32
+    torch.testing.assert_close(acc, ref, rtol=0, atol=2e-3 * ref.abs().max().item())
+    acc.zero_()
+    ws, cnt = _WORKSPACES[(x.device, 64)]
+    assert int(cnt.abs().sum()) == 0 and float(ws.abs().sum()) == 0.0
+    with pytest.raises(ValueError, match="no bias"):
+        stream_matmul(x, w, torch.zeros(64, dtype=x.dtype, device=x.device), acc, "cpu", accumulate=True)
+
+
 @pytest.mark.parametrize("group", [16, 32])  # 16: scales per word in every route's tile
 @pytest.mark.parametrize("act_order", [False, True])
 @pytest.mark.parametrize("route", ["stream", "dequant"])

@@ -51,7 +51,7 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
                 "EVEN_N": True, "PTX_LOADS": True, "HALF_DEQ": cfg.get("HALF_DEQ", False),
-                "UNROLL": cfg.get("UNROLL", 1)}
+                "UNROLL": cfg.get("UNROLL", 1), "ACCUM": False}
         s = dict(sig, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
         c = triton.compile(ASTSource(fn=kp._w4a16_pipelined_kernel, signature=s, constexprs=cons, attrs=attrs),
@@ -161,6 +161,28 @@ def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order,
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_pipelined_kernel_matches_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
     _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype)
+
+
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT])
+def test_pipelined_kernel_accumulates_float32_sums(cfg):
+    """`accumulate_into`: one split stores its tile into the caller's float32 accumulator, several add
+    theirs (no ticket): the accumulator holds the matmul in float32 and the workspace tickets stay zero."""
+    from optimum_amdx.kernels._w4a16_gemm_triton import _WORKSPACES
+    from optimum_amdx.kernels._w4a16_pipelined_ptx import pipelined_matmul
+    from optimum_amdx.kernels.runtime import device_arch
+
+    k, n, m = 512, 192, 20
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, 32, False, False, "gptq", seed=3)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=32)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(2)).half().to(DEVICE)
+    exact = x.double() @ expected.double().to(DEVICE)
+    acc = torch.zeros(m, n, dtype=torch.float32, device=DEVICE)
+    arch = "cpu" if DEVICE == "cpu" else device_arch()
+    assert pipelined_matmul(x, w, None, arch, cfg, accumulate_into=acc) is acc
+    assert (acc.double() - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
+    assert all(int(cnt.abs().sum()) == 0 for _, cnt in _WORKSPACES.values())
+    with pytest.raises(ValueError, match="no bias"):
+        pipelined_matmul(x, w, torch.zeros(n, dtype=x.dtype, device=DEVICE), arch, cfg, accumulate_into=acc)
 
 
 @pytest.mark.gpu
