@@ -20,7 +20,7 @@ from .runtime import arch_family, device_arch, use_triton
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["rotary_and_cache_", "rotary_and_cache_reference"]
+__all__ = ["rotary_and_cache_", "rotary_and_cache_reference", "rotary_and_cache_accumulated"]
 
 
 def rotary_and_cache_reference(
@@ -97,3 +97,44 @@ def rotary_and_cache_(
     index = q.device.index if q.device.type == "cuda" and q.device.index is not None else 0
     rotary_and_cache_triton(q, k, v, cos, sin, positions, k_cache, v_cache, slot_mapping,
                             arch_family(device_arch(index)))
+
+
+def rotary_and_cache_accumulated(
+    qkv: "torch.Tensor", num_heads: int, num_kv_heads: int, cos: "torch.Tensor", sin: "torch.Tensor",
+    positions: "torch.Tensor", k_cache: "torch.Tensor", v_cache: "torch.Tensor", slot_mapping: "torch.Tensor",
+    dtype: "torch.dtype",
+) -> "torch.Tensor":
+    """`rotary_and_cache_` of a fused q/k/v projection still in its float32 W4A16 accumulator
+    (`w4a16.w4a16_accumulate`, ``[tokens, (num_heads + 2 num_kv_heads) * head_dim]``, contiguous): the sums are
+    read rounded to `dtype` (as the matmul's own output would have been), rotate(k) and v go into the caches,
+    and the rotated q comes back as a new ``[tokens, num_heads, head_dim]`` tensor of `dtype`. The accumulator
+    is left zeroed for the next matmul (in the same kernel; the reference path afterwards)."""
+    import torch
+
+    head_dim = k_cache.shape[-1]
+    tokens = qkv.shape[0]
+    width = (num_heads + 2 * num_kv_heads) * head_dim
+    if qkv.dtype != torch.float32 or not qkv.is_contiguous() or qkv.shape != (tokens, width):
+        raise InvalidArgumentError(f"qkv must be a contiguous float32 accumulator [{tokens}, {width}]; got "
+                                   f"{qkv.dtype} {tuple(qkv.shape)}.")
+    q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
+    q = qkv[:, :q_size].view(tokens, num_heads, head_dim)
+    k = qkv[:, q_size:q_size + kv_size].view(tokens, num_kv_heads, head_dim)
+    v = qkv[:, q_size + kv_size:].view(tokens, num_kv_heads, head_dim)
+    _check(q, k, v, cos, sin, positions, k_cache, v_cache, slot_mapping)
+    q_out = torch.empty(tokens, num_heads, head_dim, dtype=dtype, device=qkv.device)
+    if tokens == 0:
+        return q_out
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or not use_triton(qkv, cos, sin, positions, k_cache,
+                                                                             v_cache, slot_mapping):
+        q_out.copy_(q.to(dtype))
+        rotary_and_cache_reference(q_out, k.to(dtype), v.to(dtype), cos, sin, positions, k_cache, v_cache,
+                                   slot_mapping)
+        qkv.zero_()
+        return q_out
+    from ._rope_cache_triton import rotary_and_cache_triton
+
+    index = qkv.device.index if qkv.device.type == "cuda" and qkv.device.index is not None else 0
+    rotary_and_cache_triton(q, k, v, cos, sin, positions, k_cache, v_cache, slot_mapping,
+                            arch_family(device_arch(index)), q_out=q_out)
+    return q_out

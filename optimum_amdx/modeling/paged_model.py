@@ -34,7 +34,7 @@ from torch import nn
 from ..kernels.act_mul import silu_and_mul
 from ..kernels.paged_attention import reshape_and_cache, unified_attention
 from ..kernels.rmsnorm import rms_norm
-from ..kernels.rope_cache import rotary_and_cache_
+from ..kernels.rope_cache import rotary_and_cache_, rotary_and_cache_accumulated
 from ..kernels.rotary import rotary_embedding_
 from ..kernels.skinny_gemm import skinny_gemm, skinny_gemm_norm, skinny_max_m
 from .cache import CacheLayout, PagedKVCache
@@ -191,10 +191,11 @@ class DecodeFusions:
     norm_gemm: with the skinny GEMM, the residual add + RMSNorm before q/k/v and before gate/up run
         inside those GEMMs (`skinny_gemm_norm`). Off by default: on an H200 every GEMM program
         re-reading the rows for the norm cost more than the launches it saved (benchmarks/RESULTS.md).
-    accumulate: a GPTQ o_proj, gate/up and down projection that the W4A16 stream kernel serves (one row
-        on NVIDIA) leaves its float32 sums in an accumulator (`w4a16.w4a16_accumulate`), which the norm or
-        SiLU * up after it reads and zeroes: the matmul ends without its split-K flush (on an H100 1.1-3.3
-        us a call; benchmarks/RESULTS.md round 13). q/k/v keep the flush (their reader is the rotary kernel).
+    accumulate: a GPTQ projection of up to `w4a16.ACCUMULATE_MAX_ROWS` rows that an accumulating W4A16
+        route serves leaves its float32 sums in an accumulator (`w4a16.w4a16_accumulate`), which the kernel
+        after it reads and zeroes (the rotary + cache write after q/k/v, the norm after o_proj and down,
+        SiLU * up after gate/up): the matmul ends without its split-K flush (on an H100 1.1-3.3 us a call;
+        benchmarks/RESULTS.md round 13). Not for q/k/v with a q/k norm (Qwen3) or without `rope_cache`.
     """
 
     rope_cache: bool = True
@@ -455,28 +456,37 @@ class PagedDecoder:
         # From here h is None whenever the last projection was already added into residual (`_into_residual`)
         for i, layer in enumerate(self.layers):
             qkv_order = layer.qkv.input_order(act_dtype)  # act-order GPTQ q/k/v: the norm gathers their input
+            qkv_acc = None
             if residual is None:
                 residual = h
-                q, k, v = self._project(layer.qkv, rms_norm(h, layer.ln1_w, layer.ln1_eps, perm=qkv_order), linear)
+                x = rms_norm(h, layer.ln1_w, layer.ln1_eps, perm=qkv_order)
             elif isinstance(h, torch.Tensor) and fuse_norm and self._dense(layer.qkv):
+                x = None
                 qkv, residual = skinny_gemm_norm(h, residual, layer.ln1_w, layer.ln1_eps, layer.qkv.weight,
                                                  layer.qkv.bias)
                 q, k, v = qkv.split(layer.qkv.sizes, dim=-1)
             else:
                 x, residual = self._add_norm(h, residual, layer.ln1_w, layer.ln1_eps, qkv_order)
-                q, k, v = self._project(layer.qkv, x, linear)
-            q = q.reshape(tokens, self.num_heads, self.head_dim)
-            k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
-            v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
-            if layer.parts.q_norm is not None:
-                q = rms_norm(q, layer.parts.q_norm.weight, layer.parts.q_norm.eps)
-                k = rms_norm(k, layer.parts.k_norm.weight, layer.parts.k_norm.eps)
-            if self.fusions.rope_cache:
-                rotary_and_cache_(q, k, v, layer.cos, layer.sin, batch.positions, cache.k[i], cache.v[i],
-                                  batch.slot_mapping)
+            if x is not None and self.fusions.rope_cache and layer.parts.q_norm is None:
+                qkv_acc = self._accumulate(x, layer.qkv.qweight, layer.qkv.qbias)  # read by the rotary kernel
+            if qkv_acc is not None:
+                q = rotary_and_cache_accumulated(qkv_acc.acc, self.num_heads, self.num_kv_heads, layer.cos, layer.sin,
+                                                 batch.positions, cache.k[i], cache.v[i], batch.slot_mapping, act_dtype)
             else:
-                rotary_embedding_(q, k, layer.cos, layer.sin, batch.positions)
-                reshape_and_cache(k, v, cache.k[i], cache.v[i], batch.slot_mapping)
+                if x is not None:
+                    q, k, v = self._project(layer.qkv, x, linear)
+                q = q.reshape(tokens, self.num_heads, self.head_dim)
+                k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
+                v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
+                if layer.parts.q_norm is not None:
+                    q = rms_norm(q, layer.parts.q_norm.weight, layer.parts.q_norm.eps)
+                    k = rms_norm(k, layer.parts.k_norm.weight, layer.parts.k_norm.eps)
+                if self.fusions.rope_cache:
+                    rotary_and_cache_(q, k, v, layer.cos, layer.sin, batch.positions, cache.k[i], cache.v[i],
+                                      batch.slot_mapping)
+                else:
+                    rotary_embedding_(q, k, layer.cos, layer.sin, batch.positions)
+                    reshape_and_cache(k, v, cache.k[i], cache.v[i], batch.slot_mapping)
             attn = unified_attention(q, cache.k[i], cache.v[i], batch.block_tables, batch.seq_lens,
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
                                      softmax_scale=layer.parts.scale, sliding_window=layer.parts.window,

@@ -87,6 +87,32 @@ def test_rope_cache_matches_reference(dtype, hq, hk, d, half):
     torch.testing.assert_close(k, rk, rtol=0, atol=0)  # k itself is left as it was
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hq,hk,d,half", [(4, 2, 16, 8), (4, 1, 32, 8)])  # GQA, partial rotary
+def test_rope_cache_reads_and_zeroes_a_float32_accumulator(dtype, hq, hk, d, half):
+    """A q/k/v accumulator: the same caches and rotated q as the in-place kernel on the sums rounded to the
+    activation dtype, bit for bit (q into a new tensor, the tail of partial rotary included), and the
+    accumulator zeroed, the padding row's included."""
+    from optimum_amdx.kernels.rope_cache import rotary_and_cache_accumulated
+
+    qkv16, q, k, v, cos, sin, pos, slots, kc, vc = _rope_case(6, hq, hk, d, half, dtype, seed=hq * 10 + d)
+    acc = (qkv16.float() + _rand(*qkv16.shape, seed=5, scale=1e-3)).contiguous()  # sums between half values
+    plain = acc.to(dtype)
+    pq = plain[:, : hq * d].view(6, hq, d)
+    pk = plain[:, hq * d:(hq + hk) * d].view(6, hk, d)
+    pv = plain[:, (hq + hk) * d:].view(6, hk, d)
+    kc2, vc2 = kc.clone(), vc.clone()
+    rotary_and_cache_(pq, pk, pv, cos, sin, pos, kc, vc, slots)
+    got = rotary_and_cache_accumulated(acc, hq, hk, cos, sin, pos, kc2, vc2, slots, dtype)
+    assert got.dtype == dtype and got.shape == (6, hq, d)
+    torch.testing.assert_close(got, pq, rtol=0, atol=0)
+    torch.testing.assert_close(kc2, kc, rtol=0, atol=0)
+    torch.testing.assert_close(vc2, vc, rtol=0, atol=0)
+    assert float(acc.abs().sum()) == 0.0
+    with pytest.raises(InvalidArgumentError, match="float32 accumulator"):
+        rotary_and_cache_accumulated(plain, hq, hk, cos, sin, pos, kc2, vc2, slots, dtype)
+
+
 def test_rope_cache_rejects_mismatched_cache():
     _, q, k, v, cos, sin, pos, slots, kc, vc = _rope_case(3, 4, 2, 16, 8, torch.float16, seed=1)
     with pytest.raises(InvalidArgumentError, match="caches"):
@@ -284,9 +310,9 @@ def test_rms_norm_reads_and_zeroes_a_float32_accumulator(dtype, perm):
 
 
 def test_gptq_decoder_accumulating_projections_generates_the_same_tokens(monkeypatch):
-    """A tiny act-order GPTQ Llama in fp16 through the kernels: o_proj, gate/up and down left in float32
-    accumulators (read and zeroed by the norm / SiLU * up after them) give the tokens of the decoder that
-    flushes every matmul, and of transformers; decode steps take the accumulating path."""
+    """A tiny act-order GPTQ Llama in fp16 through the kernels: q/k/v, o_proj, gate/up and down left in float32
+    accumulators (read and zeroed by the rotary + cache kernel, the norm, SiLU * up after them) give the tokens
+    of the decoder that flushes every matmul, and of transformers; decode steps take the accumulating path."""
     from optimum_amdx.kernels import w4a16
     from optimum_amdx.modeling import AMDModelForCausalLM
 
@@ -306,14 +332,16 @@ def test_gptq_decoder_accumulating_projections_generates_the_same_tokens(monkeyp
         am.decoder.fusions.accumulate = on
         outs[on] = am.generate([prompt], max_new_tokens=4, do_sample=False)[0]
         if on:
-            hidden, inter = model.config.hidden_size, model.config.intermediate_size
-            assert sorted(set(calls)) == sorted({hidden, 2 * inter}), calls  # o_proj / down, gate/up
+            cfg = model.config
+            hidden, inter, head_dim = cfg.hidden_size, cfg.intermediate_size, cfg.hidden_size // cfg.num_attention_heads
+            qkv = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * head_dim
+            assert sorted(set(calls)) == sorted({qkv, hidden, 2 * inter}), calls  # q/k/v, o_proj / down, gate/up
             assert all(float(b.abs().sum()) == 0.0 for b in w4a16._ACCUMULATORS.values())
-    # 3 one-row decode steps, and the 6-row prompt step where the stream route takes 6 rows (the interpreter,
-    # AMD; not NVIDIA); 3 projections a layer
+    # 3 one-row decode steps, and the 6-row prompt step where an accumulating route takes 6 rows (the
+    # interpreter's stream kernel; on NVIDIA the few-row kernel does not accumulate); 4 projections a layer
     o_proj = model.model.layers[0].self_attn.o_proj.kernel_weight()
     prompt_step = w4a16.accumulates(torch.zeros(6, o_proj.in_features, dtype=torch.float16, device=DEVICE), o_proj)
-    assert len(calls) == (3 + prompt_step) * 3 * model.config.num_hidden_layers
+    assert len(calls) == (3 + prompt_step) * 4 * model.config.num_hidden_layers
     assert outs[True] == outs[False]
     if DEVICE == "cpu":  # the interpreter's kernels follow transformers' rounding (a GPU may break a near-tie)
         assert outs[True] == expected
