@@ -318,10 +318,9 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     x_src = gather_x(x2, w, True) if w.perm is not None or k % TILE else x2
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     splits, per = split_k(tiles, 1, w.k_tiles, cfg, compute_units(x2.device))
-    # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles
-    ws, cnt = _workspace(x2.device, n, m) if splits > 1 or accumulate else (out, out)
-    if accumulate:
-        ws = out
+    # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles; an
+    # accumulator is its own workspace and needs no tickets
+    ws, cnt = _workspace(x2.device, n, m) if splits > 1 and not accumulate else (out, out)
     _w4a16_pipelined_kernel[(tiles, splits)](
         x_src, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
         bias if bias is not None else w.scales, out, ws, cnt,

@@ -42,6 +42,7 @@ __all__ = [
     "w4a16_matmul",
     "w4a16_matmul_reference",
     "accumulates",
+    "accumulating_route",
     "accumulator",
     "ACCUMULATE_MAX_ROWS",
     "w4a16_accumulate",
@@ -514,7 +515,10 @@ it saves (H100 decode step, GPTQ batch 64: Llama-3-8B 6.417 -> 6.452 ms, Llama-2
 16 rows 3.630 -> 3.524 and 4.482 -> 4.372; RESULTS.md round 13)."""
 
 
-def _accumulating_route(x: "torch.Tensor", w: W4A16Weight) -> Optional[str]:
+def accumulating_route(x: "torch.Tensor", w: W4A16Weight) -> Optional[str]:
+    """The route of `ACCUMULATING_ROUTES` that `w4a16_accumulate` would take for `x` (``[M, K]``, fp16/bf16, at
+    most `ACCUMULATE_MAX_ROWS` rows) times `w`, or None: the Triton kernels run here and the dispatcher
+    sends M rows to an accumulating route (on NVIDIA one row and 4-16 rows; 2-3 rows take the few-row kernel)."""
     import torch
 
     from .runtime import device_arch, interpret_mode
@@ -529,10 +533,8 @@ def _accumulating_route(x: "torch.Tensor", w: W4A16Weight) -> Optional[str]:
 
 
 def accumulates(x: "torch.Tensor", w: W4A16Weight) -> bool:
-    """Whether `w4a16_accumulate` can take `x` (``[M, K]``, fp16/bf16, at most `ACCUMULATE_MAX_ROWS` rows)
-    times `w`: the Triton kernels run here and the dispatcher sends M rows to a route of
-    `ACCUMULATING_ROUTES` (on NVIDIA one row and 4-16 rows; 2-3 rows take the few-row kernel)."""
-    return _accumulating_route(x, w) is not None
+    """Whether `w4a16_accumulate` can take `x` times `w` (`accumulating_route`)."""
+    return accumulating_route(x, w) is not None
 
 
 _ACCUMULATORS: dict[tuple[Any, int], "torch.Tensor"] = {}
@@ -543,8 +545,9 @@ def accumulator(device: "torch.device", n: int, rows: int) -> "torch.Tensor":
     `ACCUMULATE_MAX_ROWS` rows, allocated once at full size so graph captures see a fixed address).
 
     The contract that makes sharing safe: every accumulated result is read by the very next kernel that
-    touches the buffer, and that kernel leaves it zeroed (the ``accumulated=True`` forms of `rms_norm` and
-    `silu_and_mul`); no other W4A16 call of the same N runs in between."""
+    touches the buffer, and that kernel leaves it zeroed (`rms_norm(..., accumulated=True)`,
+    `silu_and_mul(..., accumulated_dtype=)`, `rope_cache.rotary_and_cache_accumulated`); no other W4A16 call of
+    the same N runs in between."""
     import torch
 
     if rows > ACCUMULATE_MAX_ROWS:
@@ -557,16 +560,18 @@ def accumulator(device: "torch.device", n: int, rows: int) -> "torch.Tensor":
     return buf[:rows]
 
 
-def w4a16_accumulate(x: "torch.Tensor", w: W4A16Weight, acc: "torch.Tensor") -> "torch.Tensor":
+def w4a16_accumulate(x: "torch.Tensor", w: W4A16Weight, acc: "torch.Tensor",
+                     route: Optional[str] = None) -> "torch.Tensor":
     """``acc += x @ W`` in float32, for a zeroed `acc` (`accumulator`) and an `x` that `accumulates` takes;
     returns `acc`. The kernel then ends without its split-K flush: no ticket, no read-back by the last
-    sharer of a tile, no output store (RESULTS.md round 13). No bias (the decoder only asks without one)."""
+    sharer of a tile, no output store (RESULTS.md round 13). No bias (the decoder only asks without one).
+    `route`: what `accumulating_route` already returned for these operands (skips the second lookup)."""
     from . import _w4a16_triton as kt
     from .runtime import device_arch, interpret_mode
 
     _check_x(x, w)
-    route = _accumulating_route(x, w)
-    if route is None:
+    route = route or accumulating_route(x, w)
+    if route not in ACCUMULATING_ROUTES:
         raise InvalidArgumentError("w4a16_accumulate needs an accumulating route (check `accumulates` first)")
     if tuple(acc.shape) != (x.shape[0], w.out_features) or not acc.is_contiguous():
         raise InvalidArgumentError(f"accumulator shape {tuple(acc.shape)}; expected {(x.shape[0], w.out_features)}")

@@ -209,8 +209,9 @@ class DecodeFusions:
 
 
 class _Accumulated(NamedTuple):
-    """A projection's result still in its float32 W4A16 accumulator (`PagedDecoder._accumulate`): only
-    `PagedDecoder._add_norm` and SiLU * up may read it, once (they zero it for the next matmul)."""
+    """A projection's result still in its float32 W4A16 accumulator (`PagedDecoder._accumulate`): only its
+    reader right after may take it, once (the rotary + cache write, `PagedDecoder._add_norm` or SiLU * up,
+    which zero it for the next matmul)."""
 
     acc: torch.Tensor
 
@@ -364,19 +365,20 @@ class PagedDecoder:
 
     def _accumulate(self, x: torch.Tensor, w, bias: torch.Tensor | None) -> _Accumulated | None:
         """``x @ W`` left in the shared float32 accumulator of W's N (`DecodeFusions.accumulate`), when the
-        fusion is on, there is no bias and the W4A16 stream kernel takes `x`; else None. Its reader must be
-        the next kernel to touch that accumulator (`w4a16.accumulator`): the norm or SiLU * up right after."""
+        fusion is on, there is no bias and an accumulating W4A16 route takes `x`; else None. Its reader must be
+        the next kernel to touch that accumulator (`w4a16.accumulator`): see `_Accumulated`."""
         if not self.fusions.accumulate or w is None or bias is not None or x.dtype not in _HALF:
             return None
-        from ..kernels.w4a16 import accumulates, accumulator, w4a16_accumulate
+        from ..kernels.w4a16 import accumulating_route, accumulator, w4a16_accumulate
 
-        if not accumulates(x, w):
+        route = accumulating_route(x, w)
+        if route is None:
             return None
-        return _Accumulated(w4a16_accumulate(x, w, accumulator(x.device, w.out_features, x.shape[0])))
+        return _Accumulated(w4a16_accumulate(x, w, accumulator(x.device, w.out_features, x.shape[0]), route))
 
     def _accumulate_module(self, module: nn.Module, x: torch.Tensor) -> _Accumulated | None:
         """`_accumulate` for a 4-bit GPTQ linear module (`kernel_weight`), else None."""
-        if not callable(getattr(module, "kernel_weight", None)) or x.dtype not in _HALF:
+        if not callable(getattr(module, "kernel_weight", None)):
             return None
         w = module.kernel_weight()
         return self._accumulate(x, w, module.bias) if w.kernel_ready else None
@@ -515,14 +517,11 @@ class PagedDecoder:
                 h = self._mlp(layer, x, linear, residual if post_mlp is None else None)
             if post_mlp is not None:
                 h = rms_norm(h, post_mlp.weight, post_mlp.eps)
-        if isinstance(h, _Accumulated):  # the norm reads the whole accumulator (and zeroes it), then the rows
-            x, _ = self._add_norm(h, residual, self.norm_w, self.norm_eps)
-            x = x.index_select(0, rows) if trim_at < 0 else x
-        else:
-            if trim_at < 0:
-                residual = residual.index_select(0, rows)
-                h = h.index_select(0, rows) if h is not None else None
-            x, _ = self._add_norm(h, residual, self.norm_w, self.norm_eps)
+        # Untrimmed (at least as many sampled rows as tokens: a decode step, or a graph's padded slots), the norm
+        # runs on every token, then the sampled rows are picked (an accumulator is read whole, and zeroed, by it)
+        x, _ = self._add_norm(h, residual, self.norm_w, self.norm_eps)
+        if trim_at < 0:
+            x = x.index_select(0, rows)
         logits = self._apply(self.lm_head, x, self._linear_fn(x.shape[0]))
         if self.final_softcap is not None:
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
