@@ -66,6 +66,15 @@ def prefill_buckets(max_num_batched_tokens: int) -> list[int]:
     return buckets
 
 
+def prefill_seq_buckets(max_num_seqs: int) -> list[int]:
+    """Sequence slots of the captured prefill graphs, per token bucket: one (a lone prompt, what an idle
+    server's time to first token replays) and `max_num_seqs` (every other prefill or mixed step). A graph's
+    prompt attention launches programs for every slot, and the empty ones still queue behind the kernel's
+    two programs per SM: one 512-token prompt in a 64-slot graph took 55 us more attention than in a
+    one-slot graph (Llama-2-7B, H100; benchmarks/RESULTS.md round 12, section 3)."""
+    return sorted({1, max_num_seqs})
+
+
 def _block_table(rows: list[list[int]]) -> np.ndarray:
     """The step's block-table rows as one int64 array, padded with block 0 to the longest row."""
     table = np.zeros((len(rows), max(len(row) for row in rows)), dtype=np.int64)
@@ -271,7 +280,7 @@ class ModelRunner:
         self.use_graphs = use_graphs and self.device.type == "cuda"
         self.graphs: dict[int, _DecodeGraph] = {}
         self.graph_error: str | None = None
-        self.prefill_graphs: dict[int, _PrefillGraph] = {}
+        self.prefill_graphs: dict[tuple[int, int], _PrefillGraph] = {}  # (tokens, sequence slots) -> graph
         self.prefill_graph_error: str | None = None
         self._pool = None
         if self.use_graphs:
@@ -311,17 +320,19 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
 
     def _capture_prefill(self, buckets: list[int]) -> None:
-        """Capture a prefill/mixed-step graph per token bucket (largest first, so the shared pool is sized
-        by it). Skipped for MoE models; a failed capture leaves those steps eager and decode graphs intact."""
+        """Capture a prefill/mixed-step graph per token bucket and sequence-slot bucket
+        (`prefill_seq_buckets`; largest first, so the shared pool is sized by it). Skipped for MoE models; a
+        failed capture leaves those steps eager and decode graphs intact."""
         if any(layer.moe is not None for layer in self.decoder.layers):
             self.prefill_graph_error = "MoE layers: the expert loop of long steps reads counts on the host"
             return
         try:
             for tokens in sorted(buckets, reverse=True):
-                g = _PrefillGraph(tokens, self.max_num_seqs, self.max_blocks, self.decoder.max_model_len, self.device)
-                g.load_dummy()
-                g.graph, g.logits = self._capture(g.inputs)
-                self.prefill_graphs[tokens] = g
+                for seqs in sorted(prefill_seq_buckets(self.max_num_seqs), reverse=True):
+                    g = _PrefillGraph(tokens, seqs, self.max_blocks, self.decoder.max_model_len, self.device)
+                    g.load_dummy()
+                    g.graph, g.logits = self._capture(g.inputs)
+                    self.prefill_graphs[tokens, seqs] = g
             torch.cuda.synchronize(self.device)
         except Exception as exc:
             self.prefill_graph_error = f"{type(exc).__name__}: {exc}"
@@ -376,9 +387,14 @@ class ModelRunner:
         _patch(inputs.input_ids, p.dst, p.src, batch.feed)
         return inputs, p.sampled
 
-    def _replay_prefill(self, batch: ScheduledBatch, tokens: int) -> tuple[torch.Tensor, list[Sequence]]:
+    def prefill_graph(self, tokens: int, seqs: int) -> _PrefillGraph | None:
+        """The captured graph a step of `tokens` tokens over `seqs` sequences replays: the fewest token
+        rows, then the fewest sequence slots, that hold it; None when no graph does (the step runs eagerly)."""
+        fits = [key for key in self.prefill_graphs if key[0] >= tokens and key[1] >= seqs]
+        return self.prefill_graphs[min(fits)] if fits else None
+
+    def _replay_prefill(self, batch: ScheduledBatch, g: _PrefillGraph) -> tuple[torch.Tensor, list[Sequence]]:
         p = self._pack(batch)
-        g = self.prefill_graphs[min(b for b in self.prefill_graphs if b >= tokens)]
         g.load(p)
         _patch(g.inputs.input_ids, p.dst, p.src, batch.feed)
         g.graph.replay()
@@ -423,8 +439,8 @@ class ModelRunner:
         Newest tokens still `PENDING` on the host are taken from `batch.feed` on the device."""
         if self.use_graphs and batch.is_pure_decode and len(batch) <= self.buckets[-1]:
             return self._replay(batch), list(batch.seqs)
-        tokens = sum(batch.num_new)
-        if any(b >= tokens for b in self.prefill_graphs):
-            return self._replay_prefill(batch, tokens)
+        g = self.prefill_graph(sum(batch.num_new), len(batch)) if self.prefill_graphs else None
+        if g is not None:
+            return self._replay_prefill(batch, g)
         inputs, sampled = self.build(batch)
         return self.decoder.forward(inputs, self.cache), sampled

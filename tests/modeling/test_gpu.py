@@ -85,11 +85,15 @@ def test_captured_prefill_steps_give_the_eager_logits_within_fp16_tolerance():
     decoder = PagedDecoder(_llama_1b(), max_model_len=1024)
     engine = LLMEngine(decoder, max_num_seqs=4, max_num_batched_tokens=256, memory_fraction=0.3)
     runner = engine.runner
-    assert sorted(runner.prefill_graphs) == [32, 64, 128, 256], runner.prefill_graph_error
+    assert sorted(runner.prefill_graphs) == [(t, s) for t in (32, 64, 128, 256) for s in (1, 4)], \
+        runner.prefill_graph_error
 
     def replayed(runner, batch):
-        return runner._replay_prefill(batch, sum(batch.num_new))[0]
+        return runner._replay_prefill(batch, runner.prefill_graph(sum(batch.num_new), len(batch)))[0]
 
     seen = check_padded_steps(engine, _prompts(4, seed=3), 8, replayed, atol=5e-2, rtol=2e-2)
     assert any(seqs > 1 for _, seqs, _ in seen) and any(tokens < 256 for tokens, _, _ in seen), seen
+    # a lone prompt through the one-slot graph
+    seen = check_padded_steps(engine, _prompts(1, seed=4), 2, replayed, atol=5e-2, rtol=2e-2)
+    assert seen and all(seqs == 1 for _, seqs, _ in seen), seen
     assert engine.num_free_blocks == engine.num_blocks

@@ -11,7 +11,7 @@ import torch
 
 from optimum_amdx.modeling.engine import LLMEngine
 from optimum_amdx.modeling.paged_model import PagedDecoder
-from optimum_amdx.modeling.runner import ModelRunner, _patch, _PrefillGraph, prefill_buckets
+from optimum_amdx.modeling.runner import ModelRunner, _patch, _PrefillGraph, prefill_buckets, prefill_seq_buckets
 from optimum_amdx.modeling.sampling import SamplingParams
 from optimum_amdx.modeling.scheduler import ScheduledBatch
 
@@ -19,16 +19,17 @@ from .conftest import random_prompts
 
 
 def padded_on_host(runner: ModelRunner, batch: ScheduledBatch) -> torch.Tensor:
-    """The step run eagerly in the padded layout of the bucket a captured graph would use; one set of static
-    inputs per bucket, reused by later steps as a graph's are (what an earlier step left there is stale)."""
+    """The step run eagerly in the padded layout of the token and sequence-slot buckets a captured graph would
+    use; one set of static inputs per pair, reused by later steps as a graph's are (what an earlier step left
+    there is stale)."""
     p = runner._pack(batch)
-    bucket = next(b for b in prefill_buckets(1024) if b >= len(p.ids))
+    key = (next(b for b in prefill_buckets(1024) if b >= len(p.ids)),
+           next(s for s in prefill_seq_buckets(runner.max_num_seqs) if s >= len(batch)))
     held = runner.__dict__.setdefault("_test_static_inputs", {})
-    if bucket not in held:
-        held[bucket] = _PrefillGraph(bucket, runner.max_num_seqs, runner.max_blocks, runner.decoder.max_model_len,
-                                     runner.device)
-        held[bucket].load_dummy()
-    g = held[bucket]
+    if key not in held:
+        held[key] = _PrefillGraph(*key, runner.max_blocks, runner.decoder.max_model_len, runner.device)
+        held[key].load_dummy()
+    g = held[key]
     g.load(p)
     _patch(g.inputs.input_ids, p.dst, p.src, batch.feed)
     return runner.decoder.forward(g.inputs, runner.cache)[:len(p.sampled)]
@@ -69,6 +70,29 @@ def test_padded_prefill_steps_give_the_eager_logits(llama):
     assert any(sampled < seqs for _, seqs, sampled in seen), seen  # a prompt chunk that samples nothing
     assert any(seqs > 1 and sampled == seqs for _, seqs, sampled in seen), seen  # decode rows beside a prompt end
     assert engine.num_free_blocks == engine.num_blocks
+
+
+def test_a_lone_prompt_pads_to_one_sequence_slot(llama):
+    """A one-sequence prefill step (an idle server's first prompt) in the one-slot layout gives the eager
+    logits, its first chunk and its last."""
+    decoder = PagedDecoder(llama, max_model_len=96)
+    engine = LLMEngine(decoder, block_size=4, num_blocks=96, max_num_seqs=4, max_num_batched_tokens=24,
+                       use_cuda_graph=False)
+    seen = check_padded_steps(engine, random_prompts(1, 30, 40, seed=6), 3, padded_on_host, atol=1e-4, rtol=1e-4)
+    assert [(seqs, sampled) for _, seqs, sampled in seen] == [(1, 0), (1, 1)], seen  # two chunks of one prompt
+    assert sorted(engine.runner._test_static_inputs) == [(32, 1)]
+
+
+def test_prefill_graph_choice_takes_the_fewest_tokens_then_slots():
+    runner = ModelRunner.__new__(ModelRunner)
+    graphs = {(t, s): object() for t in (32, 64) for s in prefill_seq_buckets(4)}
+    runner.prefill_graphs = graphs
+    assert prefill_seq_buckets(4) == [1, 4] and prefill_seq_buckets(1) == [1]
+    assert runner.prefill_graph(20, 1) is graphs[32, 1]
+    assert runner.prefill_graph(32, 2) is graphs[32, 4]
+    assert runner.prefill_graph(33, 1) is graphs[64, 1]
+    assert runner.prefill_graph(64, 4) is graphs[64, 4]
+    assert runner.prefill_graph(65, 1) is None and runner.prefill_graph(8, 5) is None
 
 
 def test_prefill_buckets_follow_the_step_budget():
