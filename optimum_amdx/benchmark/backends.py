@@ -66,6 +66,11 @@ class Runner:
     is_compiled: Callable[[], bool] = lambda: False
     notes: list[str] = field(default_factory=list)
     cleanup: Callable[[], None] = lambda: None
+    inputs_on_host: bool = False
+    """The backend's API takes prompt ids on the host (the paged engine schedules from host lists; ONNX
+    Runtime is fed numpy): the harness makes its prompts there, before the clock starts, as it makes every
+    other backend's on the device. Given device ids, such a backend would time a device-to-host copy (a
+    sync) that no server holding tokenizer output makes."""
 
     def close(self) -> None:
         """Drop every reference to the model (closures included) and return its device memory."""
@@ -319,6 +324,7 @@ class RocmBackend(Backend):
 
         runner.is_compiled = lambda: amd is not None and amd._engine is not None and bool(amd.engine.uses_graphs)
         runner.cleanup = cleanup
+        runner.inputs_on_host = True
         return runner
 
 
@@ -377,7 +383,7 @@ class OrtBackend(Backend):
 
         return Runner(generate=generate, weight_bytes=total, embedding_bytes=emb, tied_embeddings=tied,
                       kv_element_bytes=element, non_embedding_params=non_emb, notes=notes,
-                      cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True))
+                      cleanup=lambda: shutil.rmtree(tmp, ignore_errors=True), inputs_on_host=True)
 
 
 def _geometry_bytes(source: ModelSource, element_bytes: float) -> tuple[float, float, bool, float]:

@@ -125,10 +125,11 @@ def measure_point(
     from .timing import Clock, make_token_timer, split_timings
 
     clock = Clock(device, host_marks=True)  # when the host has each token (see Clock)
+    prompt_device = "cpu" if runner.inputs_on_host else device  # each backend's own input form, made untimed
     gen = torch.Generator().manual_seed(seed * 1_000_003 + batch * 7919 + prompt_length * 31 + new_tokens)
     t0 = time.perf_counter()
     for _ in range(warmup):
-        ids, mask = _prompt(torch, gen, vocab, batch, prompt_length, device)
+        ids, mask = _prompt(torch, gen, vocab, batch, prompt_length, prompt_device)
         runner.generate(ids, mask, new_tokens, make_token_timer(clock))
     clock.synchronize()
     warmup_s = time.perf_counter() - t0
@@ -136,7 +137,7 @@ def measure_point(
         torch.cuda.reset_peak_memory_stats()
     ttft, tpot, e2e, itl, tps = [], [], [], [], []
     for _ in range(repeats):
-        ids, mask = _prompt(torch, gen, vocab, batch, prompt_length, device)
+        ids, mask = _prompt(torch, gen, vocab, batch, prompt_length, prompt_device)
         timer = make_token_timer(clock)
         clock.synchronize()
         start = clock.mark()

@@ -5,7 +5,7 @@ import types
 import pytest
 import torch
 
-from optimum_amdx.benchmark import timing, tunableop
+from optimum_amdx.benchmark import harness, timing, tunableop
 from optimum_amdx.benchmark.backends import Runner
 from optimum_amdx.benchmark.harness import BenchmarkSpec, choose_backends, measure_point, run_benchmark
 from optimum_amdx.benchmark.schema import validate
@@ -196,3 +196,23 @@ def test_unsupported_combination_is_recorded_not_fatal(monkeypatch):
     assert status == {("ort", 1): "unavailable", ("ort", 2): "unavailable",
                       ("transformers", 1): "ok", ("transformers", 2): "ok"}
     assert "cannot run 4-bit" in doc["results"][0]["error"]
+
+
+@pytest.mark.parametrize("on_host", [False, True])
+def test_measure_point_makes_prompts_where_the_backend_takes_them(monkeypatch, on_host):
+    """A backend whose API takes host ids (the paged engine, ONNX Runtime) gets CPU prompts, made before the
+    clock starts; every other backend gets them on the benchmark's device."""
+    clock = ScriptedTime()
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    made_on: list[str] = []
+    real = harness._prompt
+
+    def prompt(torch_mod, generator, vocab, batch, length, device):
+        made_on.append(device)
+        return real(torch_mod, generator, vocab, batch, length, "cpu")
+
+    monkeypatch.setattr(harness, "_prompt", prompt)
+    runner, _ = _scripted_runner(clock, 0.1, 0.01, 0.0)
+    runner.inputs_on_host = on_host
+    measure_point(runner, "npu:0", 100, 1, 4, 3, 1, 2, 0)  # a device this machine lacks: only named here
+    assert made_on == ["cpu" if on_host else "npu:0"] * 3
