@@ -187,7 +187,13 @@ def _positions_and_slots(starts: list[int], counts: list[int], blocks: np.ndarra
     """Position and cache slot of every packed token (sequence i contributes counts[i] tokens from
     position starts[i], its blocks in row i of `blocks`, `_block_table`), computed for the whole step at
     once: a per-token Python loop took about 40 us of a 512-token prompt's host time, before its first
-    kernel."""
+    kernel. One sequence (a lone prompt, the idle server's time to first token) takes four numpy calls instead
+    of a dozen: its slots are a slice of its blocks' slot ranges (16 -> 3 us here, 4-6x that on a GPU host
+    right after the device idles; benchmarks/RESULTS.md round 14)."""
+    if len(counts) == 1:
+        start, stop = starts[0], starts[0] + counts[0]
+        slots = (blocks[0][:, None] * block_size + np.arange(block_size, dtype=np.int64)).ravel()[start:stop]
+        return np.arange(start, stop, dtype=np.int64), slots
     n = np.asarray(counts, dtype=np.int64)
     first_row = np.cumsum(n) - n
     pos = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(first_row - np.asarray(starts, dtype=np.int64), n)
