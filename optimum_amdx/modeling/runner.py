@@ -70,8 +70,8 @@ def prefill_seq_buckets(max_num_seqs: int) -> list[int]:
     """Sequence slots of the captured prefill graphs, per token bucket: one (a lone prompt, what an idle
     server's time to first token replays) and `max_num_seqs` (every other prefill or mixed step). A graph's
     prompt attention launches programs for every slot, and the empty ones still queue behind the kernel's
-    two programs per SM: one 512-token prompt in a 64-slot graph took 55 us more attention than in a
-    one-slot graph (Llama-2-7B, H100; benchmarks/RESULTS.md round 12, section 3)."""
+    two programs per SM: a lone 512-token prompt's graph runs 48 us faster with one slot than with 64
+    (Llama-2-7B, H100; benchmarks/RESULTS.md round 14, section 2). The graphs share one memory pool."""
     return sorted({1, max_num_seqs})
 
 
