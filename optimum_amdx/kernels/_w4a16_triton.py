@@ -44,7 +44,7 @@ import triton.language as tl
 
 from ._pdl import pdl_begin
 from .compile_spec import CompileSpec
-from .runtime import arch_family, compute_units, device_arch, interpret_mode, pdl_for
+from .runtime import arch_family, compute_units, interpret_mode, kernel_arch, pdl_for
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -988,7 +988,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     accumulate: `out` is a zeroed, contiguous float32 ``[M, N]`` accumulator and receives the float32 sums
     (no bias): the kernel ends without the split-K flush (the ticket, the last sharer's read-back and the
     output store: 0.6-2.2 us a call on an H200, RESULTS.md round11), and whoever reads `out` next must
-    leave it zeroed (`w4a16.Accumulator`)."""
+    leave it zeroed (`w4a16.accumulator`)."""
     m = x2.shape[0]
     k, n = w.in_features, w.out_features
     if accumulate and (bias is not None or out.dtype != torch.float32 or not out.is_contiguous()):
@@ -1052,7 +1052,7 @@ def dequantize_dense(w: "W4A16Weight", dtype: torch.dtype, arch: Optional[str] =
     SORTED order of the repacked weight (act-order: column ``k`` is original input ``w.perm[k]``).
     `config` overrides `dequant_config(arch)` keys (tests, benchmarks)."""
     k, n = w.in_features, w.out_features
-    arch = arch or ("cpu" if interpret_mode() else device_arch(w.qweight.device.index or 0))
+    arch = arch or kernel_arch(w.qweight)
     dense = torch.empty(n, k, dtype=dtype, device=w.qweight.device)
     gs = _group_arg(w)
     cfg = dict(dequant_config(arch), **(config or {}))

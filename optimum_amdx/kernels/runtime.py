@@ -56,6 +56,13 @@ def device_arch(index: int = 0) -> str:
     return f"sm_{props.major}{props.minor}"
 
 
+def kernel_arch(t: "torch.Tensor") -> str:
+    """The arch string the kernels' configs are keyed on for tensor `t`'s device: "cpu" under the interpreter
+    (asked on every call: `device_arch` caches per device, and tests switch the interpreter on), else
+    `device_arch` of t's GPU."""
+    return "cpu" if interpret_mode() else device_arch(t.device.index or 0)
+
+
 def arch_family(arch: str) -> str:
     """The family launch configs are keyed by, from the GPU fact table (`hardware.gpu_facts`).
 

@@ -41,7 +41,6 @@ __all__ = [
     "tile_pack",
     "w4a16_matmul",
     "w4a16_matmul_reference",
-    "accumulates",
     "accumulating_route",
     "accumulator",
     "ACCUMULATE_MAX_ROWS",
@@ -509,7 +508,7 @@ def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> s
 ACCUMULATING_ROUTES = ("stream", "pipelined")
 """The routes whose kernels can leave their float32 sums in a caller's accumulator (`w4a16_accumulate`)."""
 ACCUMULATE_MAX_ROWS = 16
-"""Most rows `accumulates` takes. The reader of an accumulator moves 4 bytes per value and writes the zeros
+"""Most rows `accumulating_route` takes. The reader of an accumulator moves 4 bytes per value and writes the zeros
 back, against 2 bytes read from a half-precision output: at 64 rows that traffic cost more than the flush
 it saves (H100 decode step, GPTQ batch 64: Llama-3-8B 6.417 -> 6.452 ms, Llama-2-7B 10.457 -> 10.485; at
 16 rows 3.630 -> 3.524 and 4.482 -> 4.372; RESULTS.md round 13)."""
@@ -521,20 +520,14 @@ def accumulating_route(x: "torch.Tensor", w: W4A16Weight) -> Optional[str]:
     sends M rows to an accumulating route (on NVIDIA one row and 4-16 rows; 2-3 rows take the few-row kernel)."""
     import torch
 
-    from .runtime import device_arch, interpret_mode
+    from .runtime import kernel_arch
 
     if x.dim() != 2 or x.dtype not in (torch.float16, torch.bfloat16) or not (w.kernel_ready and use_triton(x, w.qweight)):
         return None
     if x.shape[0] > ACCUMULATE_MAX_ROWS:
         return None
-    arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
-    route = dispatch_route(x.shape[0], w, x.dtype, arch)
+    route = dispatch_route(x.shape[0], w, x.dtype, kernel_arch(x))
     return route if route in ACCUMULATING_ROUTES else None
-
-
-def accumulates(x: "torch.Tensor", w: W4A16Weight) -> bool:
-    """Whether `w4a16_accumulate` can take `x` times `w` (`accumulating_route`)."""
-    return accumulating_route(x, w) is not None
 
 
 _ACCUMULATORS: dict[tuple[Any, int], "torch.Tensor"] = {}
@@ -562,21 +555,21 @@ def accumulator(device: "torch.device", n: int, rows: int) -> "torch.Tensor":
 
 def w4a16_accumulate(x: "torch.Tensor", w: W4A16Weight, acc: "torch.Tensor",
                      route: Optional[str] = None) -> "torch.Tensor":
-    """``acc += x @ W`` in float32, for a zeroed `acc` (`accumulator`) and an `x` that `accumulates` takes;
+    """``acc += x @ W`` in float32, for a zeroed `acc` (`accumulator`) and an `x` that `accumulating_route` takes;
     returns `acc`. The kernel then ends without its split-K flush: no ticket, no read-back by the last
     sharer of a tile, no output store (RESULTS.md round 13). No bias (the decoder only asks without one).
     `route`: what `accumulating_route` already returned for these operands (skips the second lookup)."""
     from . import _w4a16_triton as kt
-    from .runtime import device_arch, interpret_mode
+    from .runtime import kernel_arch
 
     _check_x(x, w)
     route = route or accumulating_route(x, w)
     if route not in ACCUMULATING_ROUTES:
-        raise InvalidArgumentError("w4a16_accumulate needs an accumulating route (check `accumulates` first)")
+        raise InvalidArgumentError("w4a16_accumulate needs an accumulating route (check `accumulating_route` first)")
     if tuple(acc.shape) != (x.shape[0], w.out_features) or not acc.is_contiguous():
         raise InvalidArgumentError(f"accumulator shape {tuple(acc.shape)}; expected {(x.shape[0], w.out_features)}")
     x2 = x if x.stride(-1) == 1 else x.contiguous()
-    arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
+    arch = kernel_arch(x)
     if route == "stream":
         kt.stream_matmul(x2, w, None, acc, arch, accumulate=True)
     else:
@@ -599,14 +592,14 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
     if not (w.kernel_ready and use_triton(x, w.qweight)):
         return w4a16_matmul_reference(x, w, bias)
     from . import _w4a16_triton as kt
-    from .runtime import device_arch, interpret_mode
+    from .runtime import kernel_arch
 
     k, n = w.in_features, w.out_features
     x2 = x.reshape(-1, k)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     m = x2.shape[0]
-    arch = "cpu" if interpret_mode() else device_arch(x.device.index or 0)
+    arch = kernel_arch(x)
     route = route or dispatch_route(m, w, x2.dtype, arch)
     if route == "dequant":
         out = kt.dequant_matmul(x2, w, bias, arch)

@@ -367,7 +367,7 @@ class PagedDecoder:
         """``x @ W`` left in the shared float32 accumulator of W's N (`DecodeFusions.accumulate`), when the
         fusion is on, there is no bias and an accumulating W4A16 route takes `x`; else None. Its reader must be
         the next kernel to touch that accumulator (`w4a16.accumulator`): see `_Accumulated`."""
-        if not self.fusions.accumulate or w is None or bias is not None or x.dtype not in _HALF:
+        if not self.fusions.accumulate or w is None or bias is not None:
             return None
         from ..kernels.w4a16 import accumulating_route, accumulator, w4a16_accumulate
 
@@ -438,6 +438,32 @@ class PagedDecoder:
         acc = self._accumulate_module(layer.down_proj, a) if residual is not None else None
         return acc if acc is not None else self._apply(layer.down_proj, a, linear)
 
+    def _queries(self, layer: _Layer, i: int, x: torch.Tensor | None, linear, batch: BatchInputs, cache: PagedKVCache,
+                 qkv: torch.Tensor | None = None) -> torch.Tensor:
+        """Layer `i`'s rotated queries ``[tokens, heads, head_dim]``, with its rotated keys and values written into
+        the cache: from the normed input `x` through the q/k/v projection (left in an accumulator that the rotary
+        kernel reads, `_accumulate`, where one serves), or from `qkv` already projected (x None)."""
+        if x is not None and self.fusions.rope_cache and layer.parts.q_norm is None:
+            acc = self._accumulate(x, layer.qkv.qweight, layer.qkv.qbias)
+            if acc is not None:
+                return rotary_and_cache_accumulated(acc.acc, self.num_heads, self.num_kv_heads, layer.cos, layer.sin,
+                                                    batch.positions, cache.k[i], cache.v[i], batch.slot_mapping,
+                                                    x.dtype)
+        q, k, v = self._project(layer.qkv, x, linear) if x is not None else qkv.split(layer.qkv.sizes, dim=-1)
+        q = q.reshape(-1, self.num_heads, self.head_dim)
+        k = k.reshape(-1, self.num_kv_heads, self.head_dim)
+        v = v.reshape(-1, self.num_kv_heads, self.head_dim)
+        if layer.parts.q_norm is not None:
+            q = rms_norm(q, layer.parts.q_norm.weight, layer.parts.q_norm.eps)
+            k = rms_norm(k, layer.parts.k_norm.weight, layer.parts.k_norm.eps)
+        if self.fusions.rope_cache:
+            rotary_and_cache_(q, k, v, layer.cos, layer.sin, batch.positions, cache.k[i], cache.v[i],
+                              batch.slot_mapping)
+        else:
+            rotary_embedding_(q, k, layer.cos, layer.sin, batch.positions)
+            reshape_and_cache(k, v, cache.k[i], cache.v[i], batch.slot_mapping)
+        return q
+
     @torch.inference_mode()
     def forward(self, batch: BatchInputs, cache: PagedKVCache) -> torch.Tensor:
         """Logits [seqs, vocab] for the rows named by `batch.logits_indices`; writes K/V into the cache."""
@@ -458,37 +484,17 @@ class PagedDecoder:
         # From here h is None whenever the last projection was already added into residual (`_into_residual`)
         for i, layer in enumerate(self.layers):
             qkv_order = layer.qkv.input_order(act_dtype)  # act-order GPTQ q/k/v: the norm gathers their input
-            qkv_acc = None
             if residual is None:
                 residual = h
-                x = rms_norm(h, layer.ln1_w, layer.ln1_eps, perm=qkv_order)
+                q = self._queries(layer, i, rms_norm(h, layer.ln1_w, layer.ln1_eps, perm=qkv_order), linear, batch,
+                                  cache)
             elif isinstance(h, torch.Tensor) and fuse_norm and self._dense(layer.qkv):
-                x = None
                 qkv, residual = skinny_gemm_norm(h, residual, layer.ln1_w, layer.ln1_eps, layer.qkv.weight,
                                                  layer.qkv.bias)
-                q, k, v = qkv.split(layer.qkv.sizes, dim=-1)
+                q = self._queries(layer, i, None, linear, batch, cache, qkv)
             else:
                 x, residual = self._add_norm(h, residual, layer.ln1_w, layer.ln1_eps, qkv_order)
-            if x is not None and self.fusions.rope_cache and layer.parts.q_norm is None:
-                qkv_acc = self._accumulate(x, layer.qkv.qweight, layer.qkv.qbias)  # read by the rotary kernel
-            if qkv_acc is not None:
-                q = rotary_and_cache_accumulated(qkv_acc.acc, self.num_heads, self.num_kv_heads, layer.cos, layer.sin,
-                                                 batch.positions, cache.k[i], cache.v[i], batch.slot_mapping, act_dtype)
-            else:
-                if x is not None:
-                    q, k, v = self._project(layer.qkv, x, linear)
-                q = q.reshape(tokens, self.num_heads, self.head_dim)
-                k = k.reshape(tokens, self.num_kv_heads, self.head_dim)
-                v = v.reshape(tokens, self.num_kv_heads, self.head_dim)
-                if layer.parts.q_norm is not None:
-                    q = rms_norm(q, layer.parts.q_norm.weight, layer.parts.q_norm.eps)
-                    k = rms_norm(k, layer.parts.k_norm.weight, layer.parts.k_norm.eps)
-                if self.fusions.rope_cache:
-                    rotary_and_cache_(q, k, v, layer.cos, layer.sin, batch.positions, cache.k[i], cache.v[i],
-                                      batch.slot_mapping)
-                else:
-                    rotary_embedding_(q, k, layer.cos, layer.sin, batch.positions)
-                    reshape_and_cache(k, v, cache.k[i], cache.v[i], batch.slot_mapping)
+                q = self._queries(layer, i, x, linear, batch, cache)
             attn = unified_attention(q, cache.k[i], cache.v[i], batch.block_tables, batch.seq_lens,
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
                                      softmax_scale=layer.parts.scale, sliding_window=layer.parts.window,

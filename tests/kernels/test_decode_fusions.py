@@ -344,7 +344,8 @@ def test_gptq_decoder_accumulating_projections_generates_the_same_tokens(monkeyp
     # layer. With graphs the calls are those of the captures instead (one-row decode graphs, and the last layer
     # of the one-slot prompt graphs), checked by the set above.
     o_proj = model.model.layers[0].self_attn.o_proj.kernel_weight()
-    prompt_step = w4a16.accumulates(torch.zeros(6, o_proj.in_features, dtype=torch.float16, device=DEVICE), o_proj)
+    prompt_step = w4a16.accumulating_route(torch.zeros(6, o_proj.in_features, dtype=torch.float16, device=DEVICE),
+                                          o_proj) is not None
     if not graphs:
         assert len(calls) == (3 + prompt_step) * 4 * model.config.num_hidden_layers
     assert outs[True] == outs[False]
