@@ -12,6 +12,10 @@ shipped choice (`unified_attention`, its config and split rule) and a grid of co
 step has; the floor is then its causal FLOPs at the measured matmul rate, and torch's SDPA (flash
 backend, same heads, no paging) is timed beside it as the reference a dense-cache kernel reaches.
 
+`--runs`: also the shipped choice with each sequence's blocks laid out as one ascending run and
+`first_pages` given (the kernel computes block ids instead of loading them from the table; the engine's
+one-slot prefill graphs), beside the same run layout read through the table.
+
 Prints a table and writes JSON (`--out`).
 """
 
@@ -84,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", default="", help="instead of the grid: overrides of the shipped decode config, "
                    "K=V:K=V;K=V (e.g. maxnreg=128;BLOCK_N=32:maxnreg=128), each at every --splits count")
     p.add_argument("--splits", default="", help="with --configs: split counts, comma-separated (default: the grid's)")
+    p.add_argument("--runs", action="store_true",
+                   help="also time blocks laid out as runs, through the table and with first_pages")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     dtype = torch.float16
@@ -133,6 +139,14 @@ def main(argv: list[str] | None = None) -> int:
             return row
 
         best = record("default", graph_ms(calls()))
+        if args.runs:  # each sequence's blocks one run (sequence i from block i * blocks), read both ways
+            blocks = data[0]["block_tables"].shape[1]
+            runs = [dict(d, block_tables=torch.arange(batch * blocks, device="cuda", dtype=torch.int32).view(batch, -1))
+                    for d in data]
+            first = torch.arange(batch, device="cuda", dtype=torch.int32) * blocks
+            for label, extra in (("run-table", {}), ("runs", {"first_pages": first})):
+                record(label, graph_ms([lambda d=d, o=o, extra=extra: unified_attention(
+                    **d, max_query_len=q_len, max_seq_len=ctx, out=o, **extra) for d, o in zip(runs, outs)]))
         if args.prefill:  # the dense-cache reference: SDPA's flash kernel on [batch, heads, P, D]
             sdpa_q = [torch.randn(batch, heads, q_len, HEAD_DIM, device="cuda", dtype=dtype) for _ in data]
             # K/V expanded to every query head (the flash backend's plain MHA form; compute-bound either way)

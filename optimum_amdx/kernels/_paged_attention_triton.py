@@ -261,18 +261,23 @@ def _paged_tile(
     acc, l_i, m_i, q, table, k_head, v_head, tile_start, q_pos, kv_end, sliding_window, qk_scale, softcap_log2,
     stride_kb, stride_ks, stride_vb, stride_vs,
     BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, first_page, RUNS: tl.constexpr,
 ):
     """One key/value tile read through the block table; MASKED tiles check length, causality, window.
 
-    With USE_SOFTCAP, qk_scale is scale / cap and the scores become cap * tanh(.) in log2 units
-    (softcap_log2 = cap * log2(e)).
+    RUNS: the sequence's blocks are one ascending run from block `first_page`, so a key's block is
+    first_page + key // PAGE_SIZE, computed instead of loaded from the table (no dependent load ahead of
+    the K/V loads). With USE_SOFTCAP, qk_scale is scale / cap and the scores become cap * tanh(.) in log2
+    units (softcap_log2 = cap * log2(e)).
     """
     offs_n = tile_start + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     d_mask = offs_d < HEAD_DIM
     if MASKED:
         n_valid = offs_n < kv_end
+    if RUNS:
+        page = (first_page + offs_n // PAGE_SIZE).to(tl.int64)
+    elif MASKED:
         page = tl.load(table + offs_n // PAGE_SIZE, mask=n_valid, other=0).to(tl.int64)
     else:
         page = tl.load(table + offs_n // PAGE_SIZE).to(tl.int64)
@@ -316,6 +321,7 @@ def _unified_attention_kernel(
     block_tables_ptr,
     seq_lens_ptr,
     qsl_ptr,
+    first_pages_ptr,
     qk_scale,
     softcap_log2,
     sliding_window,
@@ -348,6 +354,7 @@ def _unified_attention_kernel(
     ONE_TOKEN: tl.constexpr = False,
     SEQS_PAD: tl.constexpr = 0,
     HEADS_FIRST: tl.constexpr = False,
+    RUNS: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
         pdl_begin()
@@ -421,17 +428,20 @@ def _unified_attention_kernel(
     if not USE_WINDOW:
         first_pos = context_before + q_block_local * BLOCK_Q
         full_end = tl.minimum(tl.maximum((first_pos + 1) // BLOCK_N, tile_lo), tile_hi)
+    first_page = 0
+    if RUNS:  # every sequence's blocks are one ascending run: its keys' blocks are computed, not looked up
+        first_page = tl.load(first_pages_ptr + seq)
     for tile in range(tile_lo, full_end):
         acc, l_i, m_i = _paged_tile(
             acc, l_i, m_i, q, table, k_head, v_head, kv_start + tile * BLOCK_N, q_pos, kv_end, sliding_window,
             qk_scale, softcap_log2, stride_kb, stride_ks, stride_vb, stride_vs,
-            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, False, USE_WINDOW, USE_SOFTCAP,
+            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, False, USE_WINDOW, USE_SOFTCAP, first_page, RUNS,
         )
     for tile in range(full_end, tile_hi):
         acc, l_i, m_i = _paged_tile(
             acc, l_i, m_i, q, table, k_head, v_head, kv_start + tile * BLOCK_N, q_pos, kv_end, sliding_window,
             qk_scale, softcap_log2, stride_kb, stride_ks, stride_vb, stride_vs,
-            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True, USE_WINDOW, USE_SOFTCAP,
+            BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True, USE_WINDOW, USE_SOFTCAP, first_page, RUNS,
         )
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -579,8 +589,11 @@ def unified_attention_triton(
     config: dict | None = None,
     softcap: float | None = None,
     fused_reduce: bool | None = None,
+    first_pages: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one.
+
+    first_pages: see `paged_attention.unified_attention`.
 
     fused_reduce: with splits, the last split program of each (query block, KV head) combines them in
     the same launch (when `split_counters` can serve it) instead of a second kernel. Off unless asked:
@@ -626,7 +639,7 @@ def unified_attention_triton(
     grid = (num_kv_heads, num_q_blocks, num_splits) if not one_token else (num_q_blocks, num_kv_heads, num_splits)
     _unified_attention_kernel[grid](
         q, k_cache, v_cache, out, part_out, part_lse, counters if counters is not None else seq_lens,
-        block_tables, seq_lens, query_start_loc,
+        block_tables, seq_lens, query_start_loc, first_pages if first_pages is not None else seq_lens,
         scale / softcap if softcap else scale * LOG2E, float(softcap or 0.0) * LOG2E, int(sliding_window or 0),
         num_seqs, num_heads,
         q.stride(0), q.stride(1),
@@ -637,6 +650,7 @@ def unified_attention_triton(
         BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
         NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), FUSED_REDUCE=counters is not None,
         SPLITS_PAD=next_pow2(num_splits), PDL=pdl, ONE_TOKEN=one_token, SEQS_PAD=seqs_pad, HEADS_FIRST=not one_token,
+        RUNS=first_pages is not None,
         launch_pdl=pdl, **launch,
         **PINNED_COMPILE_OPTIONS,
     )
@@ -656,12 +670,13 @@ _DTYPE = {"fp16": "*fp16", "bf16": "*bf16"}
 
 
 def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits: int,
-                  window: bool = False, softcap: bool = False) -> list[CompileSpec]:
+                  window: bool = False, softcap: bool = False, runs: bool = False) -> list[CompileSpec]:
     ptr = _DTYPE[dtype]
     signature = {
         "q_ptr": ptr, "k_cache_ptr": ptr, "v_cache_ptr": ptr, "out_ptr": ptr,
         "part_out_ptr": "*fp32" if num_splits > 1 else ptr, "part_lse_ptr": "*fp32" if num_splits > 1 else ptr,
         "counter_ptr": "*i32", "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "qsl_ptr": "*i32",
+        "first_pages_ptr": "*i32",
         "qk_scale": "fp32", "softcap_log2": "fp32", "sliding_window": "i32", "num_seqs": "i32", "num_heads": "i32",
         **{s: "i32" for s in ("stride_qt", "stride_qh", "stride_kb", "stride_ks", "stride_kh", "stride_vb",
                               "stride_vs", "stride_vh", "stride_ot", "stride_oh", "stride_bt")},
@@ -679,11 +694,12 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
             # prompt steps: the vector sequence lookup over 64 slots (the engine's default max_num_seqs), grid by head
             "SEQS_PAD": 0 if max_query_len == 1 or seqs_vector_max(arch_family(arch)) < 64 else 64,
             "HEADS_FIRST": max_query_len != 1,
+            "RUNS": runs,  # each sequence one run of blocks (`paged_attention.unified_attention`, first_pages)
         }
         return consts, launch
 
     signature.update({k: "constexpr" for k in make("gfx942")[0]})
-    extra = (",window" if window else "") + (",softcap" if softcap else "")
+    extra = (",window" if window else "") + (",softcap" if softcap else "") + (",runs" if runs else "")
     return grouped_specs(f"unified_attention[{mode},d{head_dim},{dtype}{extra}]", _unified_attention_kernel, signature, make, True, True)
 
 
@@ -718,6 +734,7 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     *_unified_spec("decode", 128, "fp16", 4, 1),
     *_unified_spec("decode", 64, "bf16", 3, 1),
     *_unified_spec("prefill", 128, "fp16", 4, 1),
+    *_unified_spec("prefill", 128, "fp16", 4, 1, runs=True),  # the one-slot prefill graphs of a lone prompt
     *_unified_spec("splitk", 128, "fp16", 4, 4),
     # Gemma 2 (head_dim 256, query_pre_attn_scalar, soft-capping, alternating windows) and Gemma 3 (windows)
     *_unified_spec("decode", 256, "bf16", 2, 1, window=True, softcap=True),

@@ -128,6 +128,7 @@ def unified_attention(
     num_splits: int | None = None,
     softcap: float | None = None,
     fused_reduce: bool | None = None,
+    first_pages: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal GQA attention of varlen-packed queries over a paged KV cache.
 
@@ -144,19 +145,30 @@ def unified_attention(
     contexts the key range is split across programs (flash-decoding) and reduced; `num_splits` forces
     a split count (1 disables it). The splits are combined by a second kernel, or with `fused_reduce`
     by the last split to finish in the same launch (measured slower on an H100, so off by default).
+
+    first_pages: optional int32 [num_seqs], given only when every sequence's blocks are one ascending run:
+    sequence s's block-table row (up to its length) is first_pages[s], first_pages[s] + 1, ... The kernel is
+    then compiled to compute each key's block instead of loading it from the table, a dependent load ahead
+    of every K/V tile (a lone 512-token prompt's attention about 10 % faster on an H200; benchmarks/RESULTS.md
+    round 15). The result is the same; the engine passes it for a lone prompt whose blocks form a run
+    (`runner.blocks_run_from`).
     """
     check_qkv(q, k_cache, v_cache, kv_head_dim=2)
     if softcap is not None and not softcap > 0:
         raise InvalidArgumentError(f"softcap={softcap!r}: expected a positive number (or None for no capping).")
     if sliding_window is not None and sliding_window < 1:
         raise InvalidArgumentError(f"sliding_window={sliding_window!r}: expected a positive number of keys (or None).")
+    if first_pages is not None and (first_pages.dtype != torch.int32 or first_pages.shape != seq_lens.shape):
+        raise InvalidArgumentError(
+            f"first_pages: expected int32 of shape {tuple(seq_lens.shape)} (one entry per sequence), got "
+            f"{first_pages.dtype} of shape {tuple(first_pages.shape)}.")
     if use_triton(q, k_cache, v_cache):
         from optimum_amdx.kernels._paged_attention_triton import unified_attention_triton
 
         return unified_attention_triton(
             q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
             softmax_scale, sliding_window, out, num_splits, tensor_family(q), softcap=softcap,
-            fused_reduce=fused_reduce,
+            fused_reduce=fused_reduce, first_pages=first_pages,
         )
     return unified_attention_reference(
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,

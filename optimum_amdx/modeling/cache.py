@@ -16,42 +16,71 @@ from ..errors import HardwareError, InvalidArgumentError, OutOfBlocksError
 
 
 class BlockAllocator:
-    """Hands out block ids from a fixed pool; `free` returns them. Double frees are refused."""
+    """Hands out block ids from a fixed pool; `free` returns them. Double frees are refused.
+
+    The free ids are a stack of ascending ranges, and a sequence takes its blocks from the top range first,
+    so blocks allocated together (a prompt's, at admission) are one ascending run where the top range is long
+    enough. `free` pushes a sequence's blocks back so the next `allocate` takes them in their old order, and a
+    pool that is wholly free again starts over as the one range of all blocks, however the sequences before it
+    interleaved. Runs matter for speed only: a lone prompt whose blocks are one run replays the prefill graph
+    whose attention computes block ids instead of reading the table (`runner.blocks_run_from`).
+    """
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks <= 0:
             raise InvalidArgumentError(f"num_blocks={num_blocks}: the KV pool needs at least one block.")
         self.num_blocks = num_blocks
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._ranges: list[list[int]] = [[0, num_blocks]]  # [start, stop) each; allocation takes from the last
+        self._num_free = num_blocks
         self._used: set[int] = set()
 
     @property
     def num_free(self) -> int:
         """Blocks not owned by any sequence."""
-        return len(self._free)
+        return self._num_free
 
     def can_allocate(self, n: int) -> bool:
         """Whether `n` more blocks are available."""
-        return n <= len(self._free)
+        return n <= self._num_free
 
     def allocate(self, n: int) -> list[int]:
         """Take `n` blocks; raises OutOfBlocksError (taking none) when fewer are free."""
-        if n > len(self._free):
+        if n > self._num_free:
             raise OutOfBlocksError(
-                f"Asked for {n} KV blocks but only {len(self._free)} of {self.num_blocks} are free. "
+                f"Asked for {n} KV blocks but only {self._num_free} of {self.num_blocks} are free. "
                 "Lower the batch size or max_new_tokens, or give the cache more memory (memory_fraction / num_blocks)."
             )
-        blocks = [self._free.pop() for _ in range(n)]
+        blocks: list[int] = []
+        while len(blocks) < n:
+            top = self._ranges[-1]
+            take = min(n - len(blocks), top[1] - top[0])
+            blocks.extend(range(top[0], top[0] + take))
+            top[0] += take
+            if top[0] == top[1]:
+                self._ranges.pop()
+        self._num_free -= n
         self._used.update(blocks)
         return blocks
 
     def free(self, blocks: Sequence[int]) -> None:
-        """Give blocks back to the pool."""
+        """Give blocks back to the pool (the next `allocate` takes them in this order)."""
         for b in blocks:
             if b not in self._used:
                 raise InvalidArgumentError(f"KV block {b} is not allocated (double free or foreign block).")
-            self._used.remove(b)
-            self._free.append(b)
+        if len(set(blocks)) != len(blocks):
+            raise InvalidArgumentError(f"KV blocks {list(blocks)} name a block twice (double free).")
+        self._used.difference_update(blocks)
+        self._num_free += len(blocks)
+        if not self._used:
+            self._ranges = [[0, self.num_blocks]]
+            return
+        runs: list[list[int]] = []
+        for b in blocks:
+            if runs and runs[-1][1] == b:
+                runs[-1][1] += 1
+            else:
+                runs.append([b, b + 1])
+        self._ranges.extend(reversed(runs))
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,9 @@ class BatchInputs:
 
     input_ids/positions/slot_mapping: [tokens]; block_tables: int32 [seqs, max_blocks];
     seq_lens: int32 [seqs], context length including this step's tokens; query_start_loc: int32
-    [seqs + 1]; logits_indices: int64 [seqs], the packed row whose logits each sequence samples from.
+    [seqs + 1]; logits_indices: int64 [seqs], the packed row whose logits each sequence samples from;
+    first_pages: int32 [seqs] or None, set only when every sequence's blocks are one ascending run, each
+    from its first block (`unified_attention` then computes block ids instead of reading the table).
     """
 
     input_ids: torch.Tensor
@@ -61,6 +63,7 @@ class BatchInputs:
     logits_indices: torch.Tensor
     max_query_len: int
     max_seq_len: int
+    first_pages: torch.Tensor | None = None
 
 
 def _fuse_linears(linears: list[nn.Module]) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -499,7 +502,7 @@ class PagedDecoder:
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
                                      softmax_scale=layer.parts.scale, sliding_window=layer.parts.window,
                                      num_splits=splits, softcap=layer.parts.softcap,
-                                     fused_reduce=self.fusions.fused_reduce)
+                                     fused_reduce=self.fusions.fused_reduce, first_pages=batch.first_pages)
             attn = attn.reshape(tokens, q_size)
             if i == trim_at:
                 attn, residual = attn.index_select(0, rows), residual.index_select(0, rows)

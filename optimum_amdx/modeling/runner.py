@@ -75,6 +75,18 @@ def prefill_seq_buckets(max_num_seqs: int) -> list[int]:
     return sorted({1, max_num_seqs})
 
 
+def blocks_run_from(blocks: list[int]) -> int:
+    """The first of `blocks` when they are one ascending run (b, b + 1, ...), else -1. A lone prompt whose
+    blocks are a run replays the one-slot prefill graph whose attention computes each key's block instead of
+    loading it from the block table, a dependent load ahead of every key tile (Llama-2-7B 512-token prompt:
+    20.0 -> 18.0 us per layer, H200; benchmarks/RESULTS.md round 15). The allocator hands a freed run back in
+    order (`BlockAllocator.free`), so an idle server's successive requests keep getting runs."""
+    if not blocks or blocks[-1] - blocks[0] != len(blocks) - 1:
+        return -1
+    first = blocks[0]
+    return first if all(b == first + i for i, b in enumerate(blocks)) else -1
+
+
 def _block_table(rows: list[list[int]]) -> np.ndarray:
     """The step's block-table rows as one int64 array, padded with block 0 to the longest row."""
     table = np.zeros((len(rows), max(len(row) for row in rows)), dtype=np.int64)
@@ -227,17 +239,22 @@ class _PrefillGraph:
     belong to no sequence; unused sequence slots are empty (zero query tokens, zero context), so the
     attention kernel's programs for them and for the padding return at once. Unused logits rows read
     row 0 and are dropped. The launch is sized for `tokens` query rows and `max_model_len` keys, as the
-    attention kernel allows (sizes are upper bounds)."""
+    attention kernel allows (sizes are upper bounds). `runs`: every sequence of a step it replays has its
+    blocks in one ascending run (`blocks_run_from`), and its attention computes block ids from each first
+    block (`BatchInputs.first_pages`)."""
 
-    def __init__(self, tokens: int, seqs: int, max_blocks: int, max_model_len: int, device: torch.device) -> None:
-        self.tokens, self.seqs, self.max_blocks = tokens, seqs, max_blocks
+    def __init__(self, tokens: int, seqs: int, max_blocks: int, max_model_len: int, device: torch.device,
+                 runs: bool = False) -> None:
+        self.tokens, self.seqs, self.max_blocks, self.runs = tokens, seqs, max_blocks, runs
         t, s = tokens, seqs
-        self.staging = _StaticInputs(3 * t + s, 2 * s + 1 + s * max_blocks, device)
+        self.table_at = 2 * s + 1 + (s if runs else 0)  # int32: seq_lens, query_start_loc, [first_pages], tables
+        self.staging = _StaticInputs(3 * t + s, self.table_at + s * max_blocks, device)
         self.i64, self.i32 = self.staging.i64, self.staging.i32
         self.inputs = BatchInputs(
             input_ids=self.i64[:t], positions=self.i64[t:2 * t], slot_mapping=self.i64[2 * t:3 * t],
             logits_indices=self.i64[3 * t:], seq_lens=self.i32[:s], query_start_loc=self.i32[s:2 * s + 1],
-            block_tables=self.i32[2 * s + 1:].view(s, max_blocks), max_query_len=t, max_seq_len=max_model_len,
+            block_tables=self.i32[self.table_at:].view(s, max_blocks), max_query_len=t, max_seq_len=max_model_len,
+            first_pages=self.i32[2 * s + 1:3 * s + 1] if runs else None,
         )
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None
@@ -263,9 +280,12 @@ class _PrefillGraph:
         a64[3 * t:3 * t + rows], a64[3 * t + rows:] = p.logits_rows, 0
         a32[:used], a32[used:s] = p.seq_lens, 0
         a32[s:s + used + 1], a32[s + used + 1:2 * s + 1] = p.qsl, n
-        table = a32[2 * s + 1:2 * s + 1 + used * width].reshape(used, width)
+        if self.runs:  # the caller checked that each sequence's blocks are one run
+            a32[2 * s + 1:2 * s + 1 + used], a32[2 * s + 1 + used:3 * s + 1] = p.blocks[:, 0], 0
+        at = self.table_at
+        table = a32[at:at + used * width].reshape(used, width)
         table[:, :p.blocks.shape[1]], table[:, p.blocks.shape[1]:] = p.blocks, 0
-        self.staging.upload(2 * s + 1 + used * width)
+        self.staging.upload(at + used * width)
 
 
 class ModelRunner:
@@ -286,7 +306,8 @@ class ModelRunner:
         self.use_graphs = use_graphs and self.device.type == "cuda"
         self.graphs: dict[int, _DecodeGraph] = {}
         self.graph_error: str | None = None
-        self.prefill_graphs: dict[tuple[int, int], _PrefillGraph] = {}  # (tokens, sequence slots) -> graph
+        # (tokens, sequence slots, runs) -> graph; one-slot graphs in both forms (`blocks_run_from`)
+        self.prefill_graphs: dict[tuple[int, int, bool], _PrefillGraph] = {}
         self.prefill_graph_error: str | None = None
         self._pool = None
         if self.use_graphs:
@@ -327,18 +348,21 @@ class ModelRunner:
 
     def _capture_prefill(self, buckets: list[int]) -> None:
         """Capture a prefill/mixed-step graph per token bucket and sequence-slot bucket
-        (`prefill_seq_buckets`; largest first, so the shared pool is sized by it). Skipped for MoE models; a
-        failed capture leaves those steps eager and decode graphs intact."""
+        (`prefill_seq_buckets`; largest first, so the shared pool is sized by it), the one-slot ones also in
+        the form for blocks in one run (`blocks_run_from`). Skipped for MoE models; a failed capture leaves
+        those steps eager and decode graphs intact."""
         if any(layer.moe is not None for layer in self.decoder.layers):
             self.prefill_graph_error = "MoE layers: the expert loop of long steps reads counts on the host"
             return
         try:
             for tokens in sorted(buckets, reverse=True):
                 for seqs in sorted(prefill_seq_buckets(self.max_num_seqs), reverse=True):
-                    g = _PrefillGraph(tokens, seqs, self.max_blocks, self.decoder.max_model_len, self.device)
-                    g.load_dummy()
-                    g.graph, g.logits = self._capture(g.inputs)
-                    self.prefill_graphs[tokens, seqs] = g
+                    for runs in ((False, True) if seqs == 1 else (False,)):
+                        g = _PrefillGraph(tokens, seqs, self.max_blocks, self.decoder.max_model_len, self.device,
+                                          runs)
+                        g.load_dummy()
+                        g.graph, g.logits = self._capture(g.inputs)
+                        self.prefill_graphs[tokens, seqs, runs] = g
             torch.cuda.synchronize(self.device)
         except Exception as exc:
             self.prefill_graph_error = f"{type(exc).__name__}: {exc}"
@@ -393,11 +417,12 @@ class ModelRunner:
         _patch(inputs.input_ids, p.dst, p.src, batch.feed)
         return inputs, p.sampled
 
-    def prefill_graph(self, tokens: int, seqs: int) -> _PrefillGraph | None:
+    def prefill_graph(self, tokens: int, seqs: int, runs: bool = False) -> _PrefillGraph | None:
         """The captured graph a step of `tokens` tokens over `seqs` sequences replays: the fewest token
-        rows, then the fewest sequence slots, that hold it; None when no graph does (the step runs eagerly)."""
-        fits = [key for key in self.prefill_graphs if key[0] >= tokens and key[1] >= seqs]
-        return self.prefill_graphs[min(fits)] if fits else None
+        rows, then the fewest sequence slots, that hold it, in the run form when `runs` (every sequence's
+        blocks one run, `blocks_run_from`) and one exists; None when no graph does (the step runs eagerly)."""
+        fits = [key for key in self.prefill_graphs if key[0] >= tokens and key[1] >= seqs and (runs or not key[2])]
+        return self.prefill_graphs[min(fits, key=lambda k: (k[0], k[1], not k[2]))] if fits else None
 
     def _replay_prefill(self, batch: ScheduledBatch, g: _PrefillGraph) -> tuple[torch.Tensor, list[Sequence]]:
         p = self._pack(batch)
@@ -445,7 +470,10 @@ class ModelRunner:
         Newest tokens still `PENDING` on the host are taken from `batch.feed` on the device."""
         if self.use_graphs and batch.is_pure_decode and len(batch) <= self.buckets[-1]:
             return self._replay(batch), list(batch.seqs)
-        g = self.prefill_graph(sum(batch.num_new), len(batch)) if self.prefill_graphs else None
+        g = None
+        if self.prefill_graphs:
+            runs = len(batch) == 1 and blocks_run_from(batch.seqs[0].blocks) >= 0
+            g = self.prefill_graph(sum(batch.num_new), len(batch), runs)
         if g is not None:
             return self._replay_prefill(batch, g)
         inputs, sampled = self.build(batch)

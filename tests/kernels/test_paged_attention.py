@@ -56,6 +56,7 @@ def make_batch(
 def check(batch: dict, dtype: torch.dtype, **kwargs) -> torch.Tensor:
     out = unified_attention(**batch, **kwargs)
     kwargs.pop("num_splits", None)
+    kwargs.pop("first_pages", None)  # a promise about the table the kernel may use; the reference reads the table
     ref = unified_attention_reference(**batch, **kwargs)
     atol, rtol = TOL[dtype]
     torch.testing.assert_close(out.float(), ref.float(), atol=atol, rtol=rtol)
@@ -115,6 +116,41 @@ def test_sliding_window(num_splits):
     check(batch, torch.float16, sliding_window=24, num_splits=num_splits)
     wide = unified_attention(**batch, sliding_window=10_000, num_splits=num_splits)
     torch.testing.assert_close(wide.float(), unified_attention(**batch, num_splits=num_splits).float())
+
+
+def with_runs(batch: dict, starts: list[int], block_size: int = 16) -> dict:
+    """`batch` with sequence s's blocks made the ascending run starts[s], starts[s] + 1, ... (ids into the same
+    cache, so the reference reads them too), and `first_pages` saying so."""
+    tables = batch["block_tables"].clone()
+    for s, start in enumerate(starts):
+        n = math.ceil(int(batch["seq_lens"][s]) / block_size)
+        tables[s, :n] = torch.arange(start, start + n, dtype=torch.int32)
+    first = torch.tensor(starts, dtype=torch.int32, device=tables.device)
+    return dict(batch, block_tables=tables, first_pages=first)
+
+
+@pytest.mark.parametrize("ctx,q_lens,starts,window,num_splits", [
+    ([1, 33, 64, 90, 17], [1, 1, 1, 1, 1], [5, 0, 9, 1, 2], None, 1),  # decode
+    ([1, 33, 64, 90, 17], [1, 1, 1, 1, 1], [3, 1, 7, 0, 4], None, 4),  # decode split by keys
+    ([150, 40, 70], [30, 40, 5], [2, 6, 0], None, 1),  # prompt chunks after earlier context
+    ([150, 40, 70], [30, 40, 5], [0, 3, 9], 24, 1),  # sliding window
+    ([96], [96], [1], None, 1),  # a lone prompt (the engine's one-slot prefill graph)
+])
+def test_first_pages_computes_the_blocks_of_runs(ctx, q_lens, starts, window, num_splits):
+    """Sequences whose blocks are runs, read through computed block ids: the output is the one the table
+    gives (bit for bit: the same loads and arithmetic) and the reference's."""
+    batch = with_runs(make_batch(9, ctx, q_lens, 8, 2, 64, 16, torch.float16, spare_blocks=8), starts)
+    first_pages = batch.pop("first_pages")
+    through_table = unified_attention(**batch, num_splits=num_splits, sliding_window=window)
+    computed = check(batch, torch.float16, num_splits=num_splits, sliding_window=window, first_pages=first_pages)
+    assert torch.equal(computed, through_table)
+
+
+def test_first_pages_must_hold_one_int32_per_sequence():
+    batch = make_batch(9, [40, 20], [1, 1], 4, 2, 64, 16, torch.float16)
+    for bad in (torch.zeros(2, dtype=torch.int64), torch.zeros(3, dtype=torch.int32)):
+        with pytest.raises(InvalidArgumentError, match="first_pages"):
+            unified_attention(**batch, first_pages=bad.to(DEVICE))
 
 
 def test_head_dim_80_padded_and_custom_scale_into_out():

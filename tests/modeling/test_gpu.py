@@ -80,20 +80,34 @@ def test_captured_prefill_steps_give_the_eager_logits_within_fp16_tolerance():
     from optimum_amdx.modeling.engine import LLMEngine
     from optimum_amdx.modeling.paged_model import PagedDecoder
 
+    from optimum_amdx.modeling.runner import blocks_run_from
+
     from .test_prefill_graph import check_padded_steps
 
     decoder = PagedDecoder(_llama_1b(), max_model_len=1024)
     engine = LLMEngine(decoder, max_num_seqs=4, max_num_batched_tokens=256, memory_fraction=0.3)
     runner = engine.runner
-    assert sorted(runner.prefill_graphs) == [(t, s) for t in (32, 64, 128, 256) for s in (1, 4)], \
-        runner.prefill_graph_error
+    assert sorted(runner.prefill_graphs) == sorted((t, s, r) for t in (32, 64, 128, 256) for s in (1, 4)
+                                                   for r in {False, s == 1}), runner.prefill_graph_error
+    replays = []
 
     def replayed(runner, batch):
-        return runner._replay_prefill(batch, runner.prefill_graph(sum(batch.num_new), len(batch)))[0]
+        runs = len(batch) == 1 and blocks_run_from(batch.seqs[0].blocks) >= 0
+        g = runner.prefill_graph(sum(batch.num_new), len(batch), runs)
+        replays.append((g.seqs, g.runs))
+        return runner._replay_prefill(batch, g)[0]
 
     seen = check_padded_steps(engine, _prompts(4, seed=3), 8, replayed, atol=5e-2, rtol=2e-2)
     assert any(seqs > 1 for _, seqs, _ in seen) and any(tokens < 256 for tokens, _, _ in seen), seen
-    # a lone prompt through the one-slot graph
+    # a lone prompt through the one-slot graph, its blocks one run (the idle engine's pool), then not
+    replays.clear()
     seen = check_padded_steps(engine, _prompts(1, seed=4), 2, replayed, atol=5e-2, rtol=2e-2)
-    assert seen and all(seqs == 1 for _, seqs, _ in seen), seen
+    assert seen and all(seqs == 1 for _, seqs, _ in seen) and set(replays) == {(1, True)}, (seen, replays)
+    pool = engine.scheduler.allocator
+    held = pool.allocate(2)
+    pool.free(held[:1])  # the next prompt gets blocks 0, 2, 3, ...: not a run
+    replays.clear()
+    seen = check_padded_steps(engine, _prompts(1, seed=5), 2, replayed, atol=5e-2, rtol=2e-2)
+    assert seen and set(replays) == {(1, False)}, replays
+    pool.free(held[1:])
     assert engine.num_free_blocks == engine.num_blocks
