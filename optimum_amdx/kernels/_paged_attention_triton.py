@@ -740,6 +740,7 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     *_unified_spec("decode", 256, "bf16", 2, 1, window=True, softcap=True),
     *_unified_spec("prefill", 256, "bf16", 2, 1, window=True, softcap=True),
     *_unified_spec("prefill", 256, "bf16", 2, 1, window=True),
+    *_unified_spec("prefill", 256, "bf16", 2, 1, window=True, softcap=True, runs=True),
     *_reduce_spec(128, "fp16", 4),
     *_reshape_spec(128, "fp16", 8),
 ]
