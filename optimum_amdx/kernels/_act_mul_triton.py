@@ -27,10 +27,10 @@ def _silu_mul_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constex
     mask = cols < n_cols
     g = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
     u = tl.load(x_ptr + row * x_stride + n_cols + cols, mask=mask, other=0.0)
-    if ACCUM:  # a float32 W4A16 accumulator: round as the matmul's own store would have, then zero it
+    if ACCUM:  # a float32 W4A16 accumulator: round as the matmul's own store would have, then zero it (each
+        # thread zeroes only the elements it loaded itself, after its own loads: no barrier needed)
         g = g.to(y_ptr.dtype.element_ty)
         u = u.to(y_ptr.dtype.element_ty)
-        tl.debug_barrier()
         tl.store(x_ptr + row * x_stride + cols, tl.zeros([BLOCK], dtype=tl.float32), mask=mask)
         tl.store(x_ptr + row * x_stride + n_cols + cols, tl.zeros([BLOCK], dtype=tl.float32), mask=mask)
     gf = g.to(tl.float32)
