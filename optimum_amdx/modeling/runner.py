@@ -87,6 +87,12 @@ def blocks_run_from(blocks: list[int]) -> int:
     return first if all(b == first + i for i, b in enumerate(blocks)) else -1
 
 
+def in_run_form(batch: ScheduledBatch) -> bool:
+    """Whether the step replays a prefill graph's run form: one sequence (the one-slot graphs are the only ones
+    captured in that form) whose blocks are one run (`blocks_run_from`)."""
+    return len(batch) == 1 and blocks_run_from(batch.seqs[0].blocks) >= 0
+
+
 def _block_table(rows: list[list[int]]) -> np.ndarray:
     """The step's block-table rows as one int64 array, padded with block 0 to the longest row."""
     table = np.zeros((len(rows), max(len(row) for row in rows)), dtype=np.int64)
@@ -424,6 +430,13 @@ class ModelRunner:
         fits = [key for key in self.prefill_graphs if key[0] >= tokens and key[1] >= seqs and (runs or not key[2])]
         return self.prefill_graphs[min(fits, key=lambda k: (k[0], k[1], not k[2]))] if fits else None
 
+    def prefill_graph_for(self, batch: ScheduledBatch) -> _PrefillGraph | None:
+        """The captured graph `batch` (a prefill or mixed step) replays, in the run form where it may
+        (`in_run_form`); None when none holds it."""
+        if not self.prefill_graphs:
+            return None
+        return self.prefill_graph(sum(batch.num_new), len(batch), in_run_form(batch))
+
     def _replay_prefill(self, batch: ScheduledBatch, g: _PrefillGraph) -> tuple[torch.Tensor, list[Sequence]]:
         p = self._pack(batch)
         g.load(p)
@@ -470,10 +483,7 @@ class ModelRunner:
         Newest tokens still `PENDING` on the host are taken from `batch.feed` on the device."""
         if self.use_graphs and batch.is_pure_decode and len(batch) <= self.buckets[-1]:
             return self._replay(batch), list(batch.seqs)
-        g = None
-        if self.prefill_graphs:
-            runs = len(batch) == 1 and blocks_run_from(batch.seqs[0].blocks) >= 0
-            g = self.prefill_graph(sum(batch.num_new), len(batch), runs)
+        g = self.prefill_graph_for(batch)
         if g is not None:
             return self._replay_prefill(batch, g)
         inputs, sampled = self.build(batch)

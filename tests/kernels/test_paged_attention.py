@@ -144,6 +144,9 @@ def test_first_pages_computes_the_blocks_of_runs(ctx, q_lens, starts, window, nu
     through_table = unified_attention(**batch, num_splits=num_splits, sliding_window=window)
     computed = check(batch, torch.float16, num_splits=num_splits, sliding_window=window, first_pages=first_pages)
     assert torch.equal(computed, through_table)
+    # the kernel reads first_pages (not the table) in this form: a run one block later reads other keys
+    shifted = unified_attention(**batch, num_splits=num_splits, sliding_window=window, first_pages=first_pages + 1)
+    assert not torch.equal(shifted, through_table)
 
 
 def test_first_pages_must_hold_one_int32_per_sequence():

@@ -80,8 +80,6 @@ def test_captured_prefill_steps_give_the_eager_logits_within_fp16_tolerance():
     from optimum_amdx.modeling.engine import LLMEngine
     from optimum_amdx.modeling.paged_model import PagedDecoder
 
-    from optimum_amdx.modeling.runner import blocks_run_from
-
     from .test_prefill_graph import check_padded_steps
 
     decoder = PagedDecoder(_llama_1b(), max_model_len=1024)
@@ -92,8 +90,7 @@ def test_captured_prefill_steps_give_the_eager_logits_within_fp16_tolerance():
     replays = []
 
     def replayed(runner, batch):
-        runs = len(batch) == 1 and blocks_run_from(batch.seqs[0].blocks) >= 0
-        g = runner.prefill_graph(sum(batch.num_new), len(batch), runs)
+        g = runner.prefill_graph_for(batch)
         replays.append((g.seqs, g.runs))
         return runner._replay_prefill(batch, g)[0]
 

@@ -18,6 +18,7 @@ from optimum_amdx.modeling.runner import (
     _patch,
     _PrefillGraph,
     blocks_run_from,
+    in_run_form,
     prefill_buckets,
     prefill_seq_buckets,
 )
@@ -33,7 +34,7 @@ def padded_on_host(runner: ModelRunner, batch: ScheduledBatch) -> torch.Tensor:
     there is stale)."""
     p = runner._pack(batch)
     seqs = next(s for s in prefill_seq_buckets(runner.max_num_seqs) if s >= len(batch))
-    runs = seqs == 1 and blocks_run_from(batch.seqs[0].blocks) >= 0  # as `ModelRunner.execute` picks
+    runs = in_run_form(batch)  # as `ModelRunner.prefill_graph_for` picks
     key = (next(b for b in prefill_buckets(1024) if b >= len(p.ids)), seqs, runs)
     held = runner.__dict__.setdefault("_test_static_inputs", {})
     if key not in held:
