@@ -11,7 +11,11 @@ dot operand needs (the dequantized tile feeds the MMA straight from registers: n
 trip; on Hopper it is the register A operand of ``wgmma``) and pipelines the activation tile alone
 (``cp.async``, ``num_stages`` buffers), with the MMA left asynchronous across the K steps. The sm_90
 build of the 256x128 config: 254 registers, no spill, 8 HGMMA per K tile
-(`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU).
+(`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU). One class goes the other way:
+up to 16 rows (fp16, weights above 4096 x 4096) the words are plain loads again, one K tile per step, and
+the pipeliner stages them through shared memory beside the activations (``PTX_LOADS=False``): with few
+rows the loop waits on its words, not on the MMA, and buffered copies keep more of them in flight than
+registers can (RESULTS.md round16).
 
 Where it wins (H100, RESULTS.md sections w4pipe and w4half): from 4 rows to where dequant + BLAS takes
 over; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-major layout
@@ -39,6 +43,7 @@ import triton.language as tl
 from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, gather_x, split_k
 from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
 from .runtime import compute_units
+from .w4a16 import PIPELINED_MIN_WEIGHT
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -235,9 +240,14 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # the most that keep (tiles x splits) within "waves" programs per SM, at least "min_k_tiles" K tiles
     # per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_planes`); UNROLL: K tiles per
     # loop step (2: one K = 256 dot; 127 registers on sm_90, so at most 4 programs of 4 warps per SM,
-    # hence "waves" <= 4 with it).
-    "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 4,
-               "HALF_DEQ": True, "UNROLL": 2},
+    # hence "waves" <= 4 with it). PTX_LOADS=False: the words are plain loads, which Triton's pipeliner stages
+    # through shared memory with the activations (``cp.async``, num_stages buffers) and reads back in the
+    # operand layout: more bytes in flight per program than the register loads, for one shared-memory read
+    # per word (RESULTS.md round16). within_waves=False: the split count nearest to the target.
+    "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 6, "min_k_tiles": 4,
+               "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "within_waves": False},
+    "rows16_regs": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 4,
+                    "HALF_DEQ": True, "UNROLL": 2},
     "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8,
                "HALF_DEQ": True, "UNROLL": 2},
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
@@ -255,16 +265,20 @@ against 46.1-51.8 on 14336x4096; RESULTS.md section w4half) and 64 x 128 tiles b
 tiles, many K tiles to share out."""
 
 
-def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool = True) -> dict[str, Any]:
+def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool = True,
+                     small: bool = False) -> dict[str, Any]:
     """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns;
-    `chunks`: scale groups per 128-row tile; `half`: fp16 activations. Otherwise (bf16) the float32
+    `chunks`: scale groups per 128-row tile; `small`: a weight of at most `w4a16.PIPELINED_MIN_WEIGHT`
+    elements. Up to 16 rows fp16 activations on a larger weight stage the words through shared memory
+    (``rows16``; H100, round 16: 4-16 rows 4-17 % faster on the Llama projections, 1.03-1.07x slower on
+    4096x4096, which keeps the register loads); `half`: fp16 activations. Otherwise (bf16) the float32
     dequantization runs with the same tiles and one K tile per step: with two, its sm_90 build needs
     158-196 registers (2-3 programs per SM) and measured up to 1.3x slower on an H100 (act-order g32 at
     16 rows, 14336x4096 at 32; RESULTS.md section w4half). The 256x128 tile only serves one group per
     tile: with more, its sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0; none with
     3.7.1), so those layouts keep 64x64 tiles, which do not."""
     if m <= 16:
-        name = "rows16"
+        name = "rows16" if half and not small else "rows16_regs"
     elif narrow and m <= 64:  # few column tiles: split K further (33-64 rows with K <= LONG_K: RESULTS round11)
         name = "narrow32"
     elif m <= 32:
@@ -305,7 +319,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     k, n = w.in_features, w.out_features
     gs = _group_arg(w)
     half = x2.dtype == torch.float16
-    cfg = dict(config or pipelined_config(m, k, narrow, _chunks(gs), half))
+    cfg = dict(config or pipelined_config(m, k, narrow, _chunks(gs), half,
+                                          small=k * n <= PIPELINED_MIN_WEIGHT))
     cfg.setdefault("within_waves", True)  # this kernel's split rule (see `split_k`)
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if TILE % block_n:
@@ -327,7 +342,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         m, n, k, w.k_tiles, x_src.stride(0), out.stride(0), per, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=block_n, GROUP_M=cfg.get("GROUP_M", 8),
         SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
-        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu",
+        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu" and bool(cfg.get("PTX_LOADS", True)),
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and arch != "cpu" and half, UNROLL=int(cfg.get("UNROLL", 1)),
         ACCUM=accumulate, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )

@@ -50,7 +50,7 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
     for chunks, zeros, split in served:
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
-                "EVEN_N": True, "PTX_LOADS": True, "HALF_DEQ": cfg.get("HALF_DEQ", False),
+                "EVEN_N": True, "PTX_LOADS": cfg.get("PTX_LOADS", True), "HALF_DEQ": cfg.get("HALF_DEQ", False),
                 "UNROLL": cfg.get("UNROLL", 1), "ACCUM": False}
         s = dict(sig, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
@@ -62,7 +62,7 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
             f.write(c.asm["cubin"])
         usage = subprocess.run([cuobjdump, "-res-usage", "kernel.cubin"], capture_output=True, text=True,
                                check=True).stdout
-        seen.append({"config": name, "half": cons["HALF_DEQ"],
+        seen.append({"config": name, "half": cons["HALF_DEQ"], "ptx_loads": cons["PTX_LOADS"],
                      "f16x2_muls": c.asm["ptx"].count("mul.rn.f16x2"), "wgmma": ir.count("ttng.warp_group_dot "),
                      "async_copies": ir.count("ttg.async_copy_global_to_local"), "local_loads": ir.count("ttg.local_load"),
                      "stack": [int(v) for v in re.findall(r"STACK:(\d+)", usage)]})
@@ -73,8 +73,9 @@ print(json.dumps(seen))
 def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers():
     """Compiled in a fresh process with the interpreter off. What makes the kernel worth having: the
     activations are staged by asynchronous copies (pipelined), the dequantized weight feeds ``wgmma``
-    straight from registers (no shared-memory round trip: no ``local_load``), the fp16 configs
-    dequantize with the packed fp16 asm, and nothing spills."""
+    straight from registers, the fp16 configs dequantize with the packed fp16 asm, and nothing spills.
+    With PTX word loads nothing goes through shared memory but the activations (no ``local_load``); the
+    configs with plain word loads have their words staged too (more asynchronous copies) and read back."""
     import json
 
     from optimum_amdx.kernels._w4a16_pipelined_ptx import PIPELINED_CONFIGS
@@ -86,7 +87,12 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
         assert b["wgmma"] >= 1, b
         assert b["async_copies"] >= 2, b  # at least double-buffered activations
         assert (b["f16x2_muls"] > 0) == b["half"], b
-        assert b["local_loads"] == 0, b  # the weight operand never goes through shared memory
+        if b["ptx_loads"]:
+            assert b["local_loads"] == 0, b  # the weight operand never goes through shared memory
+        else:
+            ptx_twin = next(c for c in builds if c["ptx_loads"] and c["config"] == "rows16_regs")
+            assert b["async_copies"] > ptx_twin["async_copies"], b  # the words are staged as well
+            assert b["local_loads"] >= 1, b  # and read back from shared memory
         assert b["stack"] == [0], b  # ptxas spilled no register
 
 
@@ -102,9 +108,17 @@ def test_pipelined_configs_and_k_splits():
     assert pipelined_config(65, LONG_K + 1, True)["BLOCK_N"] == 128  # then 64 x 128 tiles
     assert pipelined_config(128, 4096, False)["BLOCK_M"] == 64 and pipelined_config(200, 4096, False)["BLOCK_M"] == 256
     assert pipelined_config(200, 4096, False, chunks=4)["BLOCK_M"] == 64  # 256x128 spills with 4 groups per tile
+    # up to 16 rows of fp16 on a weight above 4096 x 4096: words staged through shared memory, one K tile per
+    # step, the nearest split count; 4096 x 4096 and bf16 keep the register loads
+    staged = pipelined_config(16, 4096, False)
+    assert staged["PTX_LOADS"] is False and staged["UNROLL"] == 1 and staged["within_waves"] is False
+    assert pipelined_config(16, 4096, True, small=True) == PIPELINED_CONFIGS["rows16_regs"]
+    assert pipelined_config(16, 4096, False, half=False).get("PTX_LOADS", True)
+    assert split_k(448, 1, 32, staged, 132) == (2, 16)  # 4096 x 28672: 896 programs, the nearest to 6 per SM
+    assert split_k(64, 1, 112, staged, 132) == (12, 10)  # 14336 x 4096
     # bf16 takes the float32 dequantization with the same tiles, one K tile per step
     for m, k, narrow in ((16, 4096, False), (32, 4096, False), (32, 4096, True), (100, 4096, False)):
-        half, f32 = pipelined_config(m, k, narrow), pipelined_config(m, k, narrow, half=False)
+        half, f32 = pipelined_config(m, k, narrow, small=m <= 16), pipelined_config(m, k, narrow, half=False)
         assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and f32["UNROLL"] == 1
         assert {**half, "HALF_DEQ": False, "UNROLL": 1} == f32
     # two K tiles per step keep 127 registers (4 programs of 4 warps per SM): no class asks for more
