@@ -270,7 +270,7 @@ def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool =
     """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns;
     `chunks`: scale groups per 128-row tile; `small`: a weight of at most `w4a16.PIPELINED_MIN_WEIGHT`
     elements. Up to 16 rows fp16 activations on a larger weight stage the words through shared memory
-    (``rows16``; H100, round 16: 4-16 rows 4-17 % faster on the Llama projections, 1.03-1.07x slower on
+    (``rows16``; H100, round 16: 4-16 rows 0-19 % faster on the Llama projections, 1.03-1.06x slower on
     4096x4096, which keeps the register loads); `half`: fp16 activations. Otherwise (bf16) the float32
     dequantization runs with the same tiles and one K tile per step: with two, its sm_90 build needs
     158-196 registers (2-3 programs per SM) and measured up to 1.3x slower on an H100 (act-order g32 at
