@@ -11,11 +11,11 @@ dot operand needs (the dequantized tile feeds the MMA straight from registers: n
 trip; on Hopper it is the register A operand of ``wgmma``) and pipelines the activation tile alone
 (``cp.async``, ``num_stages`` buffers), with the MMA left asynchronous across the K steps. The sm_90
 build of the 256x128 config: 254 registers, no spill, 8 HGMMA per K tile
-(`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU). One class goes the other way:
-up to 16 rows (fp16, weights above 4096 x 4096) the words are plain loads again, one K tile per step, and
-the pipeliner stages them through shared memory beside the activations (``PTX_LOADS=False``): with few
-rows the loop waits on its words, not on the MMA, and buffered copies keep more of them in flight than
-registers can (RESULTS.md round16).
+(`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU). The few-row classes go the other
+way: up to 16 rows (fp16, weights above 4096 x 4096), 17-64 rows on narrow outputs and 33-64 on wide ones, the
+words are plain loads again and the pipeliner stages them through shared memory beside the activations
+(``PTX_LOADS=False``): with few rows the loop waits on its words, not on the MMA, and buffered copies keep more
+of them in flight than registers can (RESULTS.md round16).
 
 Where it wins (H100, RESULTS.md sections w4pipe and w4half): from 4 rows to where dequant + BLAS takes
 over; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-major layout
@@ -251,7 +251,9 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8,
                "HALF_DEQ": True, "UNROLL": 2},
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
-                 "HALF_DEQ": True, "UNROLL": 2},
+                 "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False},
+    "rows64": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 16,
+               "HALF_DEQ": True, "PTX_LOADS": False},
     "rows128": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 16,
                 "HALF_DEQ": True},
     "narrow_long_k": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2,
@@ -269,9 +271,10 @@ def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool =
                      small: bool = False) -> dict[str, Any]:
     """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns;
     `chunks`: scale groups per 128-row tile; `small`: a weight of at most `w4a16.PIPELINED_MIN_WEIGHT`
-    elements. Up to 16 rows fp16 activations on a larger weight stage the words through shared memory
+    elements. fp16 activations stage the words through shared memory up to 16 rows on a larger weight
     (``rows16``; H100, round 16: 4-16 rows 0-19 % faster on the Llama projections, 1.03-1.06x slower on
-    4096x4096, which keeps the register loads); `half`: fp16 activations. Otherwise (bf16) the float32
+    4096x4096, which keeps the register loads) and in the 17-64 row classes but the wide 17-32 one
+    (``narrow32``, ``rows64``: 1.02-1.18x; wide 17-32 rows were mixed); `half`: fp16 activations. Otherwise (bf16) the float32
     dequantization runs with the same tiles and one K tile per step: with two, its sm_90 build needs
     158-196 registers (2-3 programs per SM) and measured up to 1.3x slower on an H100 (act-order g32 at
     16 rows, 14336x4096 at 32; RESULTS.md section w4half). The 256x128 tile only serves one group per
@@ -285,13 +288,16 @@ def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool =
         name = "rows32"
     elif narrow and k > LONG_K:
         name = "narrow_long_k"
+    elif m <= 64:
+        name = "rows64"
     elif m <= 128 or chunks > 1:
         name = "rows128"
     else:
         name = "rows256"
     cfg = dict(PIPELINED_CONFIGS[name])
-    if not half:
+    if not half:  # the float32 dequantization keeps the register word loads (staged: not measured)
         cfg.update(HALF_DEQ=False, UNROLL=1)
+        cfg.pop("PTX_LOADS", None)
     return cfg
 
 

@@ -120,7 +120,12 @@ def test_pipelined_configs_and_k_splits():
     for m, k, narrow in ((16, 4096, False), (32, 4096, False), (32, 4096, True), (100, 4096, False)):
         half, f32 = pipelined_config(m, k, narrow, small=m <= 16), pipelined_config(m, k, narrow, half=False)
         assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and f32["UNROLL"] == 1
-        assert {**half, "HALF_DEQ": False, "UNROLL": 1} == f32
+        assert f32.get("PTX_LOADS", True)  # the float32 dequantization keeps the register word loads
+        assert {k: v for k, v in {**half, "HALF_DEQ": False, "UNROLL": 1}.items() if k != "PTX_LOADS"} == f32
+    # 17-64 rows stage the words too, except wide outputs at 17-32 rows (mixed there, RESULTS round16)
+    assert pipelined_config(24, 4096, True)["PTX_LOADS"] is False and pipelined_config(64, 4096, True)["UNROLL"] == 1
+    assert pipelined_config(48, 4096, False)["PTX_LOADS"] is False and pipelined_config(48, 4096, False)["BLOCK_M"] == 64
+    assert pipelined_config(24, 4096, False).get("PTX_LOADS", True) and pipelined_config(100, 4096, False).get("PTX_LOADS", True)
     # two K tiles per step keep 127 registers (4 programs of 4 warps per SM): no class asks for more
     assert all(c["waves"] <= 4 for c in PIPELINED_CONFIGS.values() if c.get("UNROLL", 1) == 2)
     assert pipelined_config(32, LONG_K + 1, True)["waves"] == 4  # narrow up to 32 rows: split K further
