@@ -234,6 +234,8 @@ def _w4a16_pipelined_kernel(
                 HAS_BIAS, BLOCK_N, BLOCK_M, ACCUM)
 
 
+_ROWS128: dict[str, Any] = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2,
+                            "min_k_tiles": 16, "HALF_DEQ": True}
 PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # tiles and launch options by the call's class (`pipelined_config`), from the H100 sweeps (RESULTS.md,
     # sections w4pipe and w4half). K splits (`_w4a16_gemm_triton.split_k`, always ``within_waves`` here):
@@ -252,10 +254,8 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
                "HALF_DEQ": True, "UNROLL": 2},
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
                  "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False},
-    "rows64": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 16,
-               "HALF_DEQ": True, "PTX_LOADS": False},
-    "rows128": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 16,
-                "HALF_DEQ": True},
+    "rows64": {**_ROWS128, "PTX_LOADS": False},
+    "rows128": _ROWS128,
     "narrow_long_k": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2,
                       "min_k_tiles": 16, "HALF_DEQ": True},
     "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},
@@ -270,12 +270,14 @@ tiles, many K tiles to share out."""
 def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool = True,
                      small: bool = False) -> dict[str, Any]:
     """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns;
-    `chunks`: scale groups per 128-row tile; `small`: a weight of at most `w4a16.PIPELINED_MIN_WEIGHT`
-    elements. fp16 activations stage the words through shared memory up to 16 rows on a larger weight
-    (``rows16``; H100, round 16: 4-16 rows 0-19 % faster on the Llama projections, 1.03-1.06x slower on
-    4096x4096, which keeps the register loads) and in the 17-64 row classes but the wide 17-32 one
-    (``narrow32``, ``rows64``: 1.02-1.18x; wide 17-32 rows were mixed); `half`: fp16 activations. Otherwise (bf16) the float32
-    dequantization runs with the same tiles and one K tile per step: with two, its sm_90 build needs
+    `chunks`: scale groups per 128-row tile; `half`: fp16 activations; `small`: a weight of at most
+    `w4a16.PIPELINED_MIN_WEIGHT` elements.
+
+    fp16 stages the words through shared memory (``PTX_LOADS=False``; H100, RESULTS.md round16) up to 16 rows
+    on a weight that is not small (``rows16``: 1.00-1.24x on the Llama projections; 4096x4096 was 1.03-1.06x
+    slower and keeps the register loads) and in the 17-64 row classes except wide outputs at 17-32 rows
+    (``narrow32``, ``rows64``: 1.02-1.18x; wide 17-32 rows were mixed). bf16 keeps the register loads, and its
+    float32 dequantization runs with the same tiles and one K tile per step: with two, its sm_90 build needs
     158-196 registers (2-3 programs per SM) and measured up to 1.3x slower on an H100 (act-order g32 at
     16 rows, 14336x4096 at 32; RESULTS.md section w4half). The 256x128 tile only serves one group per
     tile: with more, its sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0; none with

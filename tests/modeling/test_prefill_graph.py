@@ -108,6 +108,36 @@ def test_prefill_graph_choice_takes_the_fewest_tokens_then_slots_then_the_run_fo
     assert runner.prefill_graph(65, 1) is None and runner.prefill_graph(8, 5) is None
 
 
+def test_prefill_buckets_follow_the_step_budget():
+    assert prefill_buckets(4096) == [32, 64, 128, 256, 384, 512, 768, 1024]
+    assert prefill_buckets(1024) == [32, 64, 128, 256, 384, 512, 768, 1024]
+    assert prefill_buckets(300) == [32, 64, 128, 256, 300]
+    assert prefill_buckets(32) == [32]
+    assert prefill_buckets(16) == []
+
+
+def test_positions_and_slots_follow_each_sequences_blocks():
+    """The one-pass numpy packing gives every token the position and cache slot of the per-token rule
+    (slot = block[pos // block_size] * block_size + pos % block_size), across sequences of any length; one
+    sequence (its own path) from any start."""
+    import random
+
+    from optimum_amdx.modeling.runner import _block_table, _positions_and_slots
+
+    rng = random.Random(7)
+    for seqs in [1] * 20 + [rng.randint(2, 6) for _ in range(40)]:
+        starts, counts, tables = [], [], []
+        for _ in range(seqs):
+            start, n = rng.randint(0, 90), rng.randint(1, 40)
+            starts.append(start)
+            counts.append(n)
+            tables.append(rng.sample(range(500), (start + n + 3) // 4 + rng.randint(0, 2)))
+        pos, slots = _positions_and_slots(starts, counts, _block_table(tables), 4)
+        want_pos = [p for s, n in zip(starts, counts) for p in range(s, s + n)]
+        want_slots = [t[p // 4] * 4 + p % 4 for s, n, t in zip(starts, counts, tables) for p in range(s, s + n)]
+        assert pos.tolist() == want_pos and slots.tolist() == want_slots
+
+
 def test_blocks_run_from_names_the_first_block_of_one_ascending_run():
     assert blocks_run_from([7]) == 7 and blocks_run_from([3, 4, 5, 6]) == 3
     for not_a_run in ([], [3, 5, 4, 6], [4, 3], [0, 5, 2, 3], [2, 2, 3]):
