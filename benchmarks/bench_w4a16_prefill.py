@@ -24,7 +24,7 @@ import torch
 from optimum_amdx.benchmark.timing import device_ms, graph_ms, l2_cold_copies
 from optimum_amdx.kernels import _w4a16_triton as kt
 from optimum_amdx.kernels.runtime import device_arch
-from optimum_amdx.kernels.w4a16 import WIDE_N, w4a16_matmul
+from optimum_amdx.kernels.w4a16 import w4a16_matmul
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench_w4a16 import _clone, parse_configs, random_gptq  # noqa: E402 - this folder is on sys.path when run as a script
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.fused:
                     from optimum_amdx.kernels import _w4a16_pipelined_ptx as kp
 
-                    base_cfg = kp.pipelined_config(m, k, n < WIDE_N)
+                    base_cfg = kp.pipelined_config(m, k, n)
                     variants.append(("pipelined", lambda w: w4a16_matmul(x, w, route="pipelined")))
                     for label, over in parse_configs(args.pipelined):
                         variants.append((f"pipelined[{label}]", lambda w, c={**base_cfg, **over}:

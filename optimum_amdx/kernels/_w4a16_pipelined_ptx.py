@@ -9,22 +9,21 @@ with its activation tile loaded synchronously every K step. Here the words come 
 ``ld.global.nc`` in inline asm, which no compiler pass rewrites: Triton gives the load the layout the
 dot operand needs (the dequantized tile feeds the MMA straight from registers: no shared-memory round
 trip; on Hopper it is the register A operand of ``wgmma``) and pipelines the activation tile alone
-(``cp.async``, ``num_stages`` buffers), with the MMA left asynchronous across the K steps. The sm_90
-build of the 256x128 config: 254 registers, no spill, 8 HGMMA per K tile
-(`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU). The few-row classes go the other
-way: up to 16 rows (fp16, weights above 4096 x 4096), 17-64 rows on narrow outputs and 33-64 on wide ones, the
+(``cp.async``, ``num_stages`` buffers), with the MMA left asynchronous across the K steps
+(`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU). Most fp16 classes go the
+other way (all of them but ``rows16_regs`` on 4096 x 4096 and ``rows32`` on wide outputs at 17-32 rows): the
 words are plain loads again and the pipeliner stages them through shared memory beside the activations
-(``PTX_LOADS=False``): with few rows the loop waits on its words, not on the MMA, and buffered copies keep more
-of them in flight than registers can (RESULTS.md round16).
+(``PTX_LOADS=False``): the loop waits on its words, not on the MMA, and buffered copies keep more of them in
+flight than registers can (RESULTS.md round16; from 33 rows round17). bf16 keeps the register loads.
 
-Where it wins (H100, RESULTS.md sections w4pipe and w4half): from 4 rows to where dequant + BLAS takes
+Where it wins (H100, RESULTS.md sections w4pipe, w4half and round17): from 4 rows to where dequant + BLAS takes
 over; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-major layout
 (`w4a16.W4A16Weight`) and writes its tiles with the fused GEMM's own helper (`_w4a16_gemm_triton.
 _write_tile`: split-K into a persistent float32 workspace whose last split, by ticket, writes the tile,
 so one launch does it all and graphs can replay it). bf16 activations are dequantized by the fused
 GEMM's `_dequant_tile` (the exact float32 ``2**e + q`` trick); fp16 ones by `_planes`, packed fp16 PTX
-at 1.75 instructions per weight (``HALF_DEQ``). Up to 32 rows two K tiles go through one K = 256 dot per
-step (``UNROLL``). For act-order or a K off the 128-row tiles the activations are gathered once per
+at 1.75 instructions per weight (``HALF_DEQ``). The register-load classes of fp16 up to 32 rows put two K tiles
+through one K = 256 dot per step (``UNROLL``). For act-order or a K off the 128-row tiles the activations are gathered once per
 call into the layout's row order (`_w4a16_gemm_triton.x_index`).
 
 NVIDIA only (inline PTX); AMD keeps the fused GEMM, whose AMD compile specs cover the shared helpers,
@@ -43,7 +42,7 @@ import triton.language as tl
 from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, gather_x, split_k
 from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
 from .runtime import compute_units
-from .w4a16 import PIPELINED_MIN_WEIGHT
+from .w4a16 import PIPELINED_MIN_WEIGHT, WIDE_N
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -234,18 +233,16 @@ def _w4a16_pipelined_kernel(
                 HAS_BIAS, BLOCK_N, BLOCK_M, ACCUM)
 
 
-_ROWS128: dict[str, Any] = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2,
-                            "min_k_tiles": 16, "HALF_DEQ": True}
 PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # tiles and launch options by the call's class (`pipelined_config`), from the H100 sweeps (RESULTS.md,
-    # sections w4pipe and w4half). K splits (`_w4a16_gemm_triton.split_k`, always ``within_waves`` here):
-    # the most that keep (tiles x splits) within "waves" programs per SM, at least "min_k_tiles" K tiles
-    # per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_planes`); UNROLL: K tiles per
-    # loop step (2: one K = 256 dot; 127 registers on sm_90, so at most 4 programs of 4 warps per SM,
-    # hence "waves" <= 4 with it). PTX_LOADS=False: the words are plain loads, which Triton's pipeliner stages
-    # through shared memory with the activations (``cp.async``, num_stages buffers) and reads back in the
-    # operand layout: more bytes in flight per program than the register loads, for one shared-memory read
-    # per word (RESULTS.md round16). within_waves=False: the split count nearest to the target.
+    # sections w4pipe, w4half, round16 and round17). K splits (`_w4a16_gemm_triton.split_k`, always
+    # ``within_waves`` here): the most that keep (tiles x splits) within "waves" programs per SM, at least
+    # "min_k_tiles" K tiles per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_planes`);
+    # UNROLL: K tiles per loop step (2: one K = 256 dot; 127 registers on sm_90, so at most 4 programs of 4
+    # warps per SM, hence "waves" <= 4 with it). PTX_LOADS=False: the words are plain loads, which Triton's
+    # pipeliner stages through shared memory with the activations (``cp.async``, num_stages buffers) and reads
+    # back in the operand layout: more bytes in flight per program than the register loads, for one
+    # shared-memory read per word (RESULTS.md round16). within_waves=False: the split count nearest to the target.
     "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 6, "min_k_tiles": 4,
                "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "within_waves": False},
     "rows16_regs": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 4,
@@ -254,50 +251,54 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
                "HALF_DEQ": True, "UNROLL": 2},
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
                  "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False},
-    "rows64": {**_ROWS128, "PTX_LOADS": False},
-    "rows128": _ROWS128,
-    "narrow_long_k": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2,
-                      "min_k_tiles": 16, "HALF_DEQ": True},
-    "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},
+    "rows64": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
+               "HALF_DEQ": True, "PTX_LOADS": False},
+    "rows64_n128": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2, "min_k_tiles": 16,
+                    "HALF_DEQ": True, "PTX_LOADS": False},
+    "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},  # bf16 only
 }
 LONG_K = 8192
-"""Input widths above this (14336, 11008) on a narrow output take 32-row tiles split along K up to 64
-rows (H100 at 48-64 rows: 37.4-37.9 against 45.3-51.3 us with 64 x 128 tiles on 11008x4096, 44.6-45.0
-against 46.1-51.8 on 14336x4096; RESULTS.md section w4half) and 64 x 128 tiles beyond: few column
-tiles, many K tiles to share out."""
+"""Narrow outputs with an input wider than this (14336, 11008) take the 64 x 128 tile at 65-128 rows: few
+column tiles, many K tiles to share out (H100, RESULTS.md round17: 41.3-44.9 against 42.5-46.7 us with the
+64 x 64 tile on 14336x4096)."""
+WIDE_TILE_N = 16384
+"""Outputs at least this wide (the fused gate/up, 22016 and 28672 columns) take the 64 x 128 tile from 33 rows:
+their 128-column tiles alone outnumber the SMs (H100, RESULTS.md round17: 40.1-42.9 against 46.6-48.8 us with
+the 64 x 64 tile on 4096x28672 at 33-64 rows; 4096x12288 was 1.03-1.17x faster with the 64 x 64 tile)."""
 
 
-def pipelined_config(m: int, k: int, narrow: bool, chunks: int = 1, half: bool = True,
-                     small: bool = False) -> dict[str, Any]:
-    """The config for `m` rows of a `k`-input weight; `narrow`: an output under `w4a16.WIDE_N` columns;
-    `chunks`: scale groups per 128-row tile; `half`: fp16 activations; `small`: a weight of at most
-    `w4a16.PIPELINED_MIN_WEIGHT` elements.
+def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True) -> dict[str, Any]:
+    """The config for `m` rows times a `k` x `n` weight; `chunks`: scale groups per 128-row tile; `half`: fp16
+    activations.
 
-    fp16 stages the words through shared memory (``PTX_LOADS=False``; H100, RESULTS.md round16) up to 16 rows
-    on a weight that is not small (``rows16``: 1.00-1.24x on the Llama projections; 4096x4096 was 1.03-1.06x
-    slower and keeps the register loads) and in the 17-64 row classes except wide outputs at 17-32 rows
-    (``narrow32``, ``rows64``: 1.02-1.18x; wide 17-32 rows were mixed). bf16 keeps the register loads, and its
-    float32 dequantization runs with the same tiles and one K tile per step: with two, its sm_90 build needs
-    158-196 registers (2-3 programs per SM) and measured up to 1.3x slower on an H100 (act-order g32 at
-    16 rows, 14336x4096 at 32; RESULTS.md section w4half). The 256x128 tile only serves one group per
-    tile: with more, its sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0; none with
-    3.7.1), so those layouts keep 64x64 tiles, which do not."""
+    - Up to 16 rows: 16-row tiles; fp16 stages the words through shared memory (``rows16``: 1.00-1.24x on the
+      Llama projections, RESULTS.md round16) except on a weight of at most `w4a16.PIPELINED_MIN_WEIGHT` elements
+      (4096x4096: staged was 3-6 % slower), which keeps the register loads (``rows16_regs``).
+    - 17-32 rows: 32-row tiles, staged on narrow outputs (under `w4a16.WIDE_N`, split along K further) and in
+      registers on wide ones (staged was mixed there).
+    - 33 rows and more: 64-row tiles, staged: 64 columns wide, or 128 on outputs of at least `WIDE_TILE_N`
+      columns, from 129 rows on every wide output, and at 65-128 rows on narrow outputs whose input exceeds
+      `LONG_K` (RESULTS.md round17: 0.98-1.89x the speed of round 16's routes and classes on the Llama projections).
+
+    bf16 takes the same tiles with the register word loads and its float32 dequantization, one K tile per step
+    (with two, its sm_90 build needs 158-196 registers, 2-3 programs per SM, and measured up to 1.3x slower on an
+    H100: RESULTS.md section w4half), except on wide outputs above 64 rows: there the 64 x 128 tile lost in
+    registers (0.93-0.95x at 96-192 rows on 4096x28672), so bf16 keeps the 64 x 64 tile up to 128 rows and the
+    256 x 128 tile beyond (round17). The 256 x 128 tile serves one scale group per tile only: with more, its
+    sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0)."""
+    narrow = n < WIDE_N
     if m <= 16:
-        name = "rows16" if half and not small else "rows16_regs"
-    elif narrow and m <= 64:  # few column tiles: split K further (33-64 rows with K <= LONG_K: RESULTS round11)
-        name = "narrow32"
+        name = "rows16" if half and k * n > PIPELINED_MIN_WEIGHT else "rows16_regs"
     elif m <= 32:
-        name = "rows32"
-    elif narrow and k > LONG_K:
-        name = "narrow_long_k"
-    elif m <= 64:
-        name = "rows64"
-    elif m <= 128 or chunks > 1:
-        name = "rows128"
+        name = "narrow32" if narrow else "rows32"
+    elif narrow:
+        name = "rows64_n128" if k > LONG_K and 64 < m <= 128 else "rows64"
+    elif not half and m > 64:
+        name = "rows256" if m > 128 and chunks == 1 else "rows64"
     else:
-        name = "rows256"
+        name = "rows64_n128" if n >= WIDE_TILE_N or m > 128 else "rows64"
     cfg = dict(PIPELINED_CONFIGS[name])
-    if not half:  # the float32 dequantization keeps the register word loads (staged: not measured)
+    if not half:  # the float32 dequantization keeps the register word loads
         cfg.update(HALF_DEQ=False, UNROLL=1)
         cfg.pop("PTX_LOADS", None)
     return cfg
@@ -311,10 +312,10 @@ def pipelined_eligible(arch: str, w: "W4A16Weight") -> bool:
 
 
 def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str,
-                     config: Optional[dict[str, Any]] = None, narrow: bool = False,
+                     config: Optional[dict[str, Any]] = None,
                      accumulate_into: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``x2 @ W (+ bias)`` through the pipelined fused GEMM; x2 is ``[M, K]`` with unit stride along K.
-    `narrow` (an output under `w4a16.WIDE_N` columns) picks the config when `config` is None.
+    """``x2 @ W (+ bias)`` through the pipelined fused GEMM; x2 is ``[M, K]`` with unit stride along K;
+    `config` (benchmarks, tests) overrides `pipelined_config`.
     `accumulate_into`: a zeroed, contiguous float32 ``[M, N]`` accumulator that receives the sums and is
     returned (no bias, no split-K ticket: `w4a16.w4a16_accumulate`)."""
     if accumulate_into is not None and (bias is not None or accumulate_into.dtype != torch.float32
@@ -327,8 +328,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     k, n = w.in_features, w.out_features
     gs = _group_arg(w)
     half = x2.dtype == torch.float16
-    cfg = dict(config or pipelined_config(m, k, narrow, _chunks(gs), half,
-                                          small=k * n <= PIPELINED_MIN_WEIGHT))
+    cfg = dict(config or pipelined_config(m, k, n, _chunks(gs), half))
     cfg.setdefault("within_waves", True)  # this kernel's split rule (see `split_k`)
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if TILE % block_n:

@@ -419,9 +419,8 @@ blocks, so a narrow weight (N = 4096) runs out of it, and loses to dequant + BLA
 PIPELINED_MIN_WEIGHT = 1 << 24
 """Weights under this many elements (K x N; 4096 x 4096) never take the pipelined GEMM, and weights of
 exactly this many take it only up to ``pipelined_max_small`` rows: too few column tiles to hide its
-per-tile cost at more rows (H100: 1.5-1.7x slower than the fused GEMM at 48-128 rows on 4096x4096,
-RESULTS.md section w4pipe; 10.9 against 15.7 us at 4 rows and 14.3 against 16.4 at 16, section
-w4half)."""
+per-tile cost at more rows (H100, 4096x4096, RESULTS.md round17: 1.15-1.30x faster than the fused GEMM at
+17-64 rows with the staged classes; at 96-128 rows the act-order g32 layout and bf16 lost to dequant + BLAS)."""
 
 
 class RouteLimits(NamedTuple):
@@ -435,21 +434,22 @@ class RouteLimits(NamedTuple):
     pipelined_max_wide: int
     pipelined_max_narrow: int
     pipelined_max_small: int
+    pipelined_max_narrow_bf16: int
 
 
 ROUTE_LIMITS: dict[str, RouteLimits] = {
-    "hopper": RouteLimits(1, 3, 128, 64, 4, 256, 128, 16),
-    "cdna": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0),
-    "rdna3": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0),
-    "default": RouteLimits(1, 3, 128, 64, 4, 256, 128, 16),
-    "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0, 0),
+    "hopper": RouteLimits(1, 3, 128, 64, 4, 256, 256, 64, 128),
+    "cdna": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0, 0),
+    "rdna3": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0, 0),
+    "default": RouteLimits(1, 3, 128, 64, 4, 256, 256, 64, 128),
+    "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0, 0, 0),
 }
 """The dispatcher's thresholds, all of them, per arch family (`RouteLimits`). Up to ``stream_max`` rows
 the persistent stream-K kernel runs (the one-row FMA loop); up to ``rows_max`` rows the few-row kernel
 (`_w4a16_rows_ptx`: NVIDIA, fp16, at most four groups per 128 rows; each weight dequantized once and
 reused by every row) where it applies; from ``pipelined_min`` to ``pipelined_max_wide`` rows for an
-output at least `WIDE_N` wide (``pipelined_max_narrow`` otherwise; ``pipelined_max_small`` for a weight
-of exactly `PIPELINED_MIN_WEIGHT` elements) the pipelined fused GEMM (`_w4a16_pipelined_ptx`: NVIDIA, a
+output at least `WIDE_N` wide (``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16
+activations; ``pipelined_max_small`` for a weight of exactly `PIPELINED_MIN_WEIGHT` elements) the pipelined fused GEMM (`_w4a16_pipelined_ptx`: NVIDIA, a
 weight of at least `PIPELINED_MIN_WEIGHT` elements); up to
 ``gemm_max_wide`` / ``gemm_max_narrow`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in
 registers, fed to ``tl.dot``, split-K when its tiles do not fill the GPU); above, dequantize once into
@@ -460,8 +460,10 @@ w4gemm; us): 2 rows 34/44/109 on 4096x14336 and 16/18/29 on 4096x4096 (so the st
 row only); 128 rows 62/-/107 on 4096x14336 but 136/-/113 on 14336x4096; 64 rows 63/-/110 on 14336x4096
 and 28/-/27 on 4096x4096. The few-row limit: section w4rows. The pipelined GEMM (section w4pipe) beats
 the fused GEMM and dequant + BLAS up to 256 rows on wide outputs (1.2-1.6x at 192-256 rows on
-4096x28672 / 4096x12288) and to 128 on narrow ones (at 192 rows dequant + BLAS is 5-12 % faster on
-14336x4096 and 11008x4096); with the fp16 dequantization and two K tiles per step (section w4half) it
+4096x28672 / 4096x12288); with the staged 64-row classes of fp16 (round17) also to 256 on narrow ones
+(1.20-1.64x dequant + BLAS at 160-256 rows on 4096x6144, 14336x4096 and 11008x4096; bf16, in registers, lost up
+to 0.76x there and stays at 128), and on 4096x4096 to 64 (1.15-1.30x the fused GEMM at 17-64 rows; at 96-128 the
+act-order g32 layout and bf16 lost to dequant + BLAS, 0.79-0.90x); with the fp16 dequantization and two K tiles per step (section w4half) it
 also beats the fused GEMM from 4 rows (1.4-1.7x at 4-8 rows). At 2 rows the few-row kernel keeps the
 route: 1.02-1.16x faster than the pipelined GEMM on 4096x14336 / 4096x6144 / 4096x4096 and 1.9x on
 act-order g32, 2-3 % slower on 14336x4096 and 4096x28672. The AMD families use the measured NVIDIA
@@ -473,19 +475,19 @@ _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 
 
 def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = False, pipelined: bool = False,
-                 weight_elems: Optional[int] = None) -> str:
+                 weight_elems: Optional[int] = None, bf16: bool = False) -> str:
     """"stream" (persistent GEMV-like kernel), "rows" (few-row kernel, only where `few_rows` says it
     applies), "pipelined" (pipelined fused GEMM, only where `pipelined` says it applies, for a weight of
     at least `PIPELINED_MIN_WEIGHT` elements; unknown counts as more), "gemm" (fused tiled GEMM) or
     "dequant" (dense weight + BLAS) for `m` rows and an output `n` wide on an arch family (the one place
-    the thresholds are read; an unknown width counts as wide)."""
+    the thresholds are read; an unknown width counts as wide); `bf16`: bf16 activations."""
     lim = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
     if m <= lim.stream_max:
         return "stream"
     if few_rows and m <= lim.rows_max:
         return "rows"
     narrow = n is not None and n < WIDE_N
-    top = lim.pipelined_max_narrow if narrow else lim.pipelined_max_wide
+    top = (lim.pipelined_max_narrow_bf16 if bf16 else lim.pipelined_max_narrow) if narrow else lim.pipelined_max_wide
     if weight_elems is not None and weight_elems <= PIPELINED_MIN_WEIGHT:
         top = min(top, lim.pipelined_max_small) if weight_elems == PIPELINED_MIN_WEIGHT else 0
     if pipelined and lim.pipelined_min <= m <= top:
@@ -497,12 +499,15 @@ def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> s
     """The route `w4a16_matmul` takes for `m` rows of `dtype` activations times `w` on `arch` (a
     `runtime.device_arch` string; "cpu" for the interpreter): `choose_route` with the weight's shape
     and which NVIDIA-only kernels can serve it."""
+    import torch
+
     from . import _w4a16_pipelined_ptx as kp
     from . import _w4a16_rows_ptx as kr
     from .runtime import arch_family
 
     return choose_route(m, arch_family(arch), w.out_features, few_rows=kr.rows_eligible(arch, dtype, w),
-                        pipelined=kp.pipelined_eligible(arch, w), weight_elems=w.in_features * w.out_features)
+                        pipelined=kp.pipelined_eligible(arch, w), weight_elems=w.in_features * w.out_features,
+                        bf16=dtype == torch.bfloat16)
 
 
 ACCUMULATING_ROUTES = ("stream", "pipelined")
@@ -575,7 +580,7 @@ def w4a16_accumulate(x: "torch.Tensor", w: W4A16Weight, acc: "torch.Tensor",
     else:
         from . import _w4a16_pipelined_ptx as kp
 
-        kp.pipelined_matmul(x2, w, None, arch, narrow=w.out_features < WIDE_N, accumulate_into=acc)
+        kp.pipelined_matmul(x2, w, None, arch, accumulate_into=acc)
     return acc
 
 
@@ -620,7 +625,7 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
     elif route == "pipelined":
         from . import _w4a16_pipelined_ptx as kp
 
-        out = kp.pipelined_matmul(x2, w, bias, arch, config, narrow=n < WIDE_N)
+        out = kp.pipelined_matmul(x2, w, bias, arch, config)
     else:
         raise InvalidArgumentError(
             f"route={route!r} is unknown; expected 'stream', 'rows', 'gemm', 'pipelined' or 'dequant'."

@@ -367,11 +367,16 @@ def test_dispatch_and_grid_choices():
             assert choose_route(wide, fam, WIDE_N, pipelined=True, weight_elems=big) == "pipelined"
             assert choose_route(wide + 1, fam, WIDE_N, pipelined=True, weight_elems=big) != "pipelined"
             assert choose_route(narrow + 1, fam, 4096, pipelined=True, weight_elems=big) != "pipelined"
+            bf16_narrow = lim.pipelined_max_narrow_bf16  # bf16 (the float32 dequantization) on narrow outputs
+            assert lo <= bf16_narrow <= narrow
+            assert choose_route(bf16_narrow, fam, 4096, pipelined=True, weight_elems=big, bf16=True) == "pipelined"
+            assert choose_route(bf16_narrow + 1, fam, 4096, pipelined=True, weight_elems=big, bf16=True) != "pipelined"
+            assert choose_route(bf16_narrow + 1, fam, WIDE_N, pipelined=True, weight_elems=big, bf16=True) == "pipelined"
             # a weight of exactly the minimum only up to pipelined_max_small rows, a smaller one never
             small = lim.pipelined_max_small
             assert choose_route(lo, fam, WIDE_N, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT - 1) == "gemm"
             assert choose_route(small, fam, 4096, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT) == "pipelined"
-            assert choose_route(small + 1, fam, 4096, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT) == "gemm"
+            assert choose_route(small + 1, fam, 4096, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT) != "pipelined"
         else:  # no row count takes it here, even for a weight it could serve
             assert all(choose_route(m, fam, WIDE_N, pipelined=True, weight_elems=big) != "pipelined"
                        for m in range(1, 1025))

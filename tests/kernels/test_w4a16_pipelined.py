@@ -98,37 +98,51 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
 
 def test_pipelined_configs_and_k_splits():
     from optimum_amdx.kernels._w4a16_gemm_triton import split_k
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import LONG_K, PIPELINED_CONFIGS, pipelined_config
+    from optimum_amdx.kernels._w4a16_pipelined_ptx import LONG_K, PIPELINED_CONFIGS, WIDE_TILE_N, pipelined_config
 
-    assert pipelined_config(16, 4096, False)["BLOCK_M"] == 16 and pipelined_config(32, 4096, True)["BLOCK_M"] == 32
-    assert pipelined_config(24, 4096, True)["waves"] > pipelined_config(24, 4096, False)["waves"]  # narrow: split K
-    assert pipelined_config(64, 4096, True)["BLOCK_M"] == 32  # narrow, short K: more column tiles
-    assert pipelined_config(64, 4096, True)["waves"] == 4  # split along K as at 32 rows (H100, round 11)
-    assert pipelined_config(64, LONG_K + 1, True)["waves"] == 4  # narrow, long K: 32-row tiles split K further
-    assert pipelined_config(65, LONG_K + 1, True)["BLOCK_N"] == 128  # then 64 x 128 tiles
-    assert pipelined_config(128, 4096, False)["BLOCK_M"] == 64 and pipelined_config(200, 4096, False)["BLOCK_M"] == 256
-    assert pipelined_config(200, 4096, False, chunks=4)["BLOCK_M"] == 64  # 256x128 spills with 4 groups per tile
+    n_wide, n_narrow = 14336, 4096
+    assert pipelined_config(16, 4096, n_wide)["BLOCK_M"] == 16 and pipelined_config(32, 4096, n_narrow)["BLOCK_M"] == 32
+    assert pipelined_config(24, 4096, n_narrow)["waves"] > pipelined_config(24, 4096, n_wide)["waves"]  # narrow: split K
+    # 33 rows and more: 64-row tiles, 64 columns wide and split along K (4 programs per SM) ...
+    for m, k, n in ((33, 4096, n_narrow), (64, LONG_K + 1, n_narrow), (256, LONG_K + 1, n_narrow), (100, 4096, 12288)):
+        cfg = pipelined_config(m, k, n)
+        assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["waves"]) == (64, 64, 4), (m, k, n)
+    # ... or 128 wide: narrow outputs of a long input at 65-128 rows, outputs of WIDE_TILE_N columns from 33 rows,
+    # every wide output from 129 rows
+    for m, k, n in ((65, LONG_K + 1, n_narrow), (128, LONG_K + 1, n_narrow), (33, 4096, WIDE_TILE_N),
+                    (129, 4096, 12288), (256, 4096, 12288)):
+        cfg = pipelined_config(m, k, n)
+        assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"]) == (64, 128, 8), (m, k, n)
+    assert pipelined_config(128, 4096, WIDE_TILE_N - 1)["BLOCK_N"] == 64
     # up to 16 rows of fp16 on a weight above 4096 x 4096: words staged through shared memory, one K tile per
     # step, the nearest split count; 4096 x 4096 and bf16 keep the register loads
-    staged = pipelined_config(16, 4096, False)
+    staged = pipelined_config(16, 4096, n_wide)
     assert staged["PTX_LOADS"] is False and staged["UNROLL"] == 1 and staged["within_waves"] is False
-    assert pipelined_config(16, 4096, True, small=True) == PIPELINED_CONFIGS["rows16_regs"]
-    assert pipelined_config(16, 4096, False, half=False).get("PTX_LOADS", True)
+    assert pipelined_config(16, 4096, 4096) == PIPELINED_CONFIGS["rows16_regs"]
+    assert pipelined_config(16, 4096, n_wide, half=False).get("PTX_LOADS", True)
     assert split_k(448, 1, 32, staged, 132) == (2, 16)  # 4096 x 28672: 896 programs, the nearest to 6 per SM
     assert split_k(64, 1, 112, staged, 132) == (12, 10)  # 14336 x 4096
     # bf16 takes the float32 dequantization with the same tiles, one K tile per step
-    for m, k, narrow in ((16, 4096, False), (32, 4096, False), (32, 4096, True), (100, 4096, False)):
-        half, f32 = pipelined_config(m, k, narrow, small=m <= 16), pipelined_config(m, k, narrow, half=False)
+    for m, k, n in ((16, 4096, 4096), (32, 4096, n_wide), (32, 4096, n_narrow), (100, 4096, n_wide),
+                    (200, LONG_K + 1, n_narrow)):
+        half, f32 = pipelined_config(m, k, n), pipelined_config(m, k, n, half=False)
         assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and f32["UNROLL"] == 1
         assert f32.get("PTX_LOADS", True)  # the float32 dequantization keeps the register word loads
         assert {k: v for k, v in {**half, "HALF_DEQ": False, "UNROLL": 1}.items() if k != "PTX_LOADS"} == f32
-    # 17-64 rows stage the words too, except wide outputs at 17-32 rows (mixed there, RESULTS round16)
-    assert pipelined_config(24, 4096, True)["PTX_LOADS"] is False and pipelined_config(64, 4096, True)["UNROLL"] == 1
-    assert pipelined_config(48, 4096, False)["PTX_LOADS"] is False and pipelined_config(48, 4096, False)["BLOCK_M"] == 64
-    assert pipelined_config(24, 4096, False).get("PTX_LOADS", True) and pipelined_config(100, 4096, False).get("PTX_LOADS", True)
+    # bf16 on wide outputs above 64 rows: the 64 x 64 tile up to 128 rows, then the 256 x 128 tile (one group per
+    # tile; four take the 64 x 64 tile)
+    assert pipelined_config(100, 4096, WIDE_TILE_N, half=False)["BLOCK_N"] == 64
+    assert pipelined_config(48, 4096, WIDE_TILE_N, half=False)["BLOCK_N"] == 128
+    assert pipelined_config(200, 4096, n_wide, half=False)["BLOCK_M"] == 256
+    assert pipelined_config(200, 4096, n_wide, chunks=4, half=False)["BLOCK_M"] == 64
+    # fp16 stages the words from 17 rows on, except wide outputs at 17-32 rows (mixed there, RESULTS round16)
+    for m, n in ((24, n_narrow), (33, n_wide), (64, n_narrow), (100, n_wide), (200, n_narrow), (256, WIDE_TILE_N)):
+        cfg = pipelined_config(m, 4096, n)
+        assert cfg["PTX_LOADS"] is False and cfg.get("UNROLL", 1) == 1, (m, n)
+    assert pipelined_config(24, 4096, n_wide).get("PTX_LOADS", True)
     # two K tiles per step keep 127 registers (4 programs of 4 warps per SM): no class asks for more
     assert all(c["waves"] <= 4 for c in PIPELINED_CONFIGS.values() if c.get("UNROLL", 1) == 2)
-    assert pipelined_config(32, LONG_K + 1, True)["waves"] == 4  # narrow up to 32 rows: split K further
+    assert pipelined_config(32, LONG_K + 1, n_narrow)["waves"] == 4  # narrow up to 32 rows: split K further
     within = {"within_waves": True}
     # 32 tiles on 132 SMs at 2 waves want 8 splits; 112 K tiles allow 7 of 16; every split non-empty
     assert split_k(32, 1, 112, {"waves": 2, "min_k_tiles": 16, **within}, 132) == (7, 16)
@@ -180,6 +194,23 @@ def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order,
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_pipelined_kernel_matches_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
     _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the kernel is inline PTX)")
+@pytest.mark.parametrize("name", sorted(__import__("optimum_amdx.kernels._w4a16_pipelined_ptx", fromlist=["_"]).PIPELINED_CONFIGS))
+@pytest.mark.parametrize("group,sym,act_order", [(128, True, False), (32, False, True)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_pipelined_class_matches_exact(name, group, sym, act_order, dtype):
+    """Each class of `PIPELINED_CONFIGS` as the dispatcher would launch it (fp16: as written; bf16: register
+    word loads, float32 dequantization), on a weight with several column tiles and K splits."""
+    from optimum_amdx.kernels._w4a16_pipelined_ptx import PIPELINED_CONFIGS
+
+    cfg = dict(PIPELINED_CONFIGS[name], within_waves=PIPELINED_CONFIGS[name].get("within_waves", True))
+    if dtype == torch.bfloat16:
+        cfg.update(HALF_DEQ=False, UNROLL=1)
+        cfg.pop("PTX_LOADS", None)
+    _check_exact(2048, 768, group, sym, act_order, "gptq", 2 * cfg["BLOCK_M"] - 3, cfg, dtype)
 
 
 @pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT])
