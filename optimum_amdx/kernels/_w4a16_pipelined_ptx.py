@@ -22,9 +22,9 @@ over; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-m
 _write_tile`: split-K into a persistent float32 workspace whose last split, by ticket, writes the tile,
 so one launch does it all and graphs can replay it). bf16 activations are dequantized by the fused
 GEMM's `_dequant_tile` (the exact float32 ``2**e + q`` trick); fp16 ones by `_planes`, packed fp16 PTX
-at 1.75 instructions per weight (``HALF_DEQ``). The register-load classes of fp16 up to 32 rows put two K tiles
-through one K = 256 dot per step (``UNROLL``). For act-order or a K off the 128-row tiles the activations are gathered once per
-call into the layout's row order (`_w4a16_gemm_triton.x_index`).
+at 1.75 instructions per weight (``HALF_DEQ``). The register-load classes of fp16 up to 32 rows put two
+K tiles through one K = 256 dot per step (``UNROLL``). For act-order or a K off the 128-row tiles the
+activations are gathered once per call into the layout's row order (`_w4a16_gemm_triton.x_index`).
 
 NVIDIA only (inline PTX); AMD keeps the fused GEMM, whose AMD compile specs cover the shared helpers,
 and the interpreter runs this kernel with plain loads and the float32 dequantization (tests only; the

@@ -449,8 +449,9 @@ the persistent stream-K kernel runs (the one-row FMA loop); up to ``rows_max`` r
 (`_w4a16_rows_ptx`: NVIDIA, fp16, at most four groups per 128 rows; each weight dequantized once and
 reused by every row) where it applies; from ``pipelined_min`` to ``pipelined_max_wide`` rows for an
 output at least `WIDE_N` wide (``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16
-activations; ``pipelined_max_small`` for a weight of exactly `PIPELINED_MIN_WEIGHT` elements) the pipelined fused GEMM (`_w4a16_pipelined_ptx`: NVIDIA, a
-weight of at least `PIPELINED_MIN_WEIGHT` elements); up to
+activations; ``pipelined_max_small`` for a weight of exactly `PIPELINED_MIN_WEIGHT` elements) the
+pipelined fused GEMM (`_w4a16_pipelined_ptx`: NVIDIA, a weight of at least `PIPELINED_MIN_WEIGHT`
+elements); up to
 ``gemm_max_wide`` / ``gemm_max_narrow`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in
 registers, fed to ``tl.dot``, split-K when its tiles do not fill the GPU); above, dequantize once into
 a dense weight and call the BLAS matmul, which amortizes the dense write over many rows.
@@ -461,11 +462,11 @@ row only); 128 rows 62/-/107 on 4096x14336 but 136/-/113 on 14336x4096; 64 rows 
 and 28/-/27 on 4096x4096. The few-row limit: section w4rows. The pipelined GEMM (section w4pipe) beats
 the fused GEMM and dequant + BLAS up to 256 rows on wide outputs (1.2-1.6x at 192-256 rows on
 4096x28672 / 4096x12288); with the staged 64-row classes of fp16 (round17) also to 256 on narrow ones
-(1.20-1.64x dequant + BLAS at 160-256 rows on 4096x6144, 14336x4096 and 11008x4096; bf16, in registers, lost up
-to 0.76x there and stays at 128), and on 4096x4096 to 64 (1.15-1.30x the fused GEMM at 17-64 rows; at 96-128 the
-act-order g32 layout and bf16 lost to dequant + BLAS, 0.79-0.90x); with the fp16 dequantization and two K tiles per step (section w4half) it
-also beats the fused GEMM from 4 rows (1.4-1.7x at 4-8 rows). At 2 rows the few-row kernel keeps the
-route: 1.02-1.16x faster than the pipelined GEMM on 4096x14336 / 4096x6144 / 4096x4096 and 1.9x on
+(1.20-1.64x dequant + BLAS at 160-256 rows on 4096x6144, 14336x4096 and 11008x4096; bf16, in registers,
+lost up to 0.76x there and stays at 128), and on 4096x4096 to 64 (1.15-1.30x the fused GEMM at 17-64
+rows; at 96-128 the act-order g32 layout and bf16 lost to dequant + BLAS, 0.79-0.90x); with the fp16
+dequantization and two K tiles per step (section w4half) it also beats the fused GEMM from 4 rows
+(1.4-1.7x at 4-8 rows). At 2 rows the few-row kernel keeps the route: 1.02-1.16x faster than the pipelined GEMM on 4096x14336 / 4096x6144 / 4096x4096 and 1.9x on
 act-order g32, 2-3 % slower on 14336x4096 and 4096x28672. The AMD families use the measured NVIDIA
 values for the portable kernels until measured there, and have neither PTX kernel. The interpreter
 ("cpu") never takes the dequant route on its own (that would test the BLAS, not our kernels)."""

@@ -371,7 +371,8 @@ def test_dispatch_and_grid_choices():
             assert lo <= bf16_narrow <= narrow
             assert choose_route(bf16_narrow, fam, 4096, pipelined=True, weight_elems=big, bf16=True) == "pipelined"
             assert choose_route(bf16_narrow + 1, fam, 4096, pipelined=True, weight_elems=big, bf16=True) != "pipelined"
-            assert choose_route(bf16_narrow + 1, fam, WIDE_N, pipelined=True, weight_elems=big, bf16=True) == "pipelined"
+            assert choose_route(bf16_narrow + 1, fam, WIDE_N, pipelined=True, weight_elems=big,
+                                bf16=True) == "pipelined"
             # a weight of exactly the minimum only up to pipelined_max_small rows, a smaller one never
             small = lim.pipelined_max_small
             assert choose_route(lo, fam, WIDE_N, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT - 1) == "gemm"

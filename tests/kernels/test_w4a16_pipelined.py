@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from optimum_amdx.kernels._w4a16_pipelined_ptx import PIPELINED_CONFIGS
 from optimum_amdx.kernels.w4a16 import prepare_gptq_weight, w4a16_matmul
 
 from .test_w4a16 import DEVICE, quantize
@@ -102,7 +103,8 @@ def test_pipelined_configs_and_k_splits():
 
     n_wide, n_narrow = 14336, 4096
     assert pipelined_config(16, 4096, n_wide)["BLOCK_M"] == 16 and pipelined_config(32, 4096, n_narrow)["BLOCK_M"] == 32
-    assert pipelined_config(24, 4096, n_narrow)["waves"] > pipelined_config(24, 4096, n_wide)["waves"]  # narrow: split K
+    # narrow outputs split K further
+    assert pipelined_config(24, 4096, n_narrow)["waves"] > pipelined_config(24, 4096, n_wide)["waves"]
     # 33 rows and more: 64-row tiles, 64 columns wide and split along K (4 programs per SM) ...
     for m, k, n in ((33, 4096, n_narrow), (64, LONG_K + 1, n_narrow), (256, LONG_K + 1, n_narrow), (100, 4096, 12288)):
         cfg = pipelined_config(m, k, n)
@@ -198,14 +200,12 @@ def test_pipelined_kernel_matches_exact(k, n, group, sym, act_order, fmt, m, cfg
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the kernel is inline PTX)")
-@pytest.mark.parametrize("name", sorted(__import__("optimum_amdx.kernels._w4a16_pipelined_ptx", fromlist=["_"]).PIPELINED_CONFIGS))
+@pytest.mark.parametrize("name", sorted(PIPELINED_CONFIGS))
 @pytest.mark.parametrize("group,sym,act_order", [(128, True, False), (32, False, True)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_every_pipelined_class_matches_exact(name, group, sym, act_order, dtype):
     """Each class of `PIPELINED_CONFIGS` as the dispatcher would launch it (fp16: as written; bf16: register
     word loads, float32 dequantization), on a weight with several column tiles and K splits."""
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import PIPELINED_CONFIGS
-
     cfg = dict(PIPELINED_CONFIGS[name], within_waves=PIPELINED_CONFIGS[name].get("within_waves", True))
     if dtype == torch.bfloat16:
         cfg.update(HALF_DEQ=False, UNROLL=1)
