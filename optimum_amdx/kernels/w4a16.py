@@ -466,10 +466,11 @@ the fused GEMM and dequant + BLAS up to 256 rows on wide outputs (1.2-1.6x at 19
 lost up to 0.76x there and stays at 128), and on 4096x4096 to 64 (1.15-1.30x the fused GEMM at 17-64
 rows; at 96-128 the act-order g32 layout and bf16 lost to dequant + BLAS, 0.79-0.90x); with the fp16
 dequantization and two K tiles per step (section w4half) it also beats the fused GEMM from 4 rows
-(1.4-1.7x at 4-8 rows). At 2 rows the few-row kernel keeps the route: 1.02-1.16x faster than the pipelined GEMM on 4096x14336 / 4096x6144 / 4096x4096 and 1.9x on
-act-order g32, 2-3 % slower on 14336x4096 and 4096x28672. The AMD families use the measured NVIDIA
-values for the portable kernels until measured there, and have neither PTX kernel. The interpreter
-("cpu") never takes the dequant route on its own (that would test the BLAS, not our kernels)."""
+(1.4-1.7x at 4-8 rows). At 2 rows the few-row kernel keeps the route: 1.02-1.16x faster than the
+pipelined GEMM on 4096x14336 / 4096x6144 / 4096x4096 and 1.9x on act-order g32, 2-3 % slower on
+14336x4096 and 4096x28672. The AMD families use the measured NVIDIA values for the portable kernels
+until measured there, and have neither PTX kernel. The interpreter ("cpu") never takes the dequant
+route on its own (that would test the BLAS, not our kernels)."""
 STREAM_MAX_M: dict[str, int] = {fam: lim.stream_max for fam, lim in ROUTE_LIMITS.items()}
 """Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`)."""
 _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
