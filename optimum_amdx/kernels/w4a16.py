@@ -438,20 +438,20 @@ class RouteLimits(NamedTuple):
 
 
 ROUTE_LIMITS: dict[str, RouteLimits] = {
-    "hopper": RouteLimits(1, 3, 128, 64, 4, 256, 256, 64, 128),
+    "hopper": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 128),
     "cdna": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0, 0),
     "rdna3": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0, 0),
-    "default": RouteLimits(1, 3, 128, 64, 4, 256, 256, 64, 128),
+    "default": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 128),
     "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0, 0, 0),
 }
 """The dispatcher's thresholds, all of them, per arch family (`RouteLimits`). Up to ``stream_max`` rows
 the persistent stream-K kernel runs (the one-row FMA loop); up to ``rows_max`` rows the few-row kernel
 (`_w4a16_rows_ptx`: NVIDIA, fp16, at most four groups per 128 rows; each weight dequantized once and
-reused by every row) where it applies; from ``pipelined_min`` to ``pipelined_max_wide`` rows for an
-output at least `WIDE_N` wide (``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16
-activations; ``pipelined_max_small`` for a weight of exactly `PIPELINED_MIN_WEIGHT` elements) the
-pipelined fused GEMM (`_w4a16_pipelined_ptx`: NVIDIA, a weight of at least `PIPELINED_MIN_WEIGHT`
-elements); up to
+reused by every row) where it applies and `dispatch_route` asks for it (act-order weights); from
+``pipelined_min`` to ``pipelined_max_wide`` rows for an output at least `WIDE_N` wide
+(``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16 activations;
+``pipelined_max_small`` for a weight of exactly `PIPELINED_MIN_WEIGHT` elements) the pipelined fused GEMM
+(`_w4a16_pipelined_ptx`: NVIDIA, a weight of at least `PIPELINED_MIN_WEIGHT` elements); up to
 ``gemm_max_wide`` / ``gemm_max_narrow`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in
 registers, fed to ``tl.dot``, split-K when its tiles do not fill the GPU); above, dequantize once into
 a dense weight and call the BLAS matmul, which amortizes the dense write over many rows.
@@ -466,11 +466,11 @@ the fused GEMM and dequant + BLAS up to 256 rows on wide outputs (1.2-1.6x at 19
 lost up to 0.76x there and stays at 128), and on 4096x4096 to 64 (1.15-1.30x the fused GEMM at 17-64
 rows; at 96-128 the act-order g32 layout and bf16 lost to dequant + BLAS, 0.79-0.90x); with the fp16
 dequantization and two K tiles per step (section w4half) it also beats the fused GEMM from 4 rows
-(1.4-1.7x at 4-8 rows). At 2 rows the few-row kernel keeps the route: 1.02-1.16x faster than the
-pipelined GEMM on 4096x14336 / 4096x6144 / 4096x4096 and 1.9x on act-order g32, 2-3 % slower on
-14336x4096 and 4096x28672. The AMD families use the measured NVIDIA values for the portable kernels
-until measured there, and have neither PTX kernel. The interpreter ("cpu") never takes the dequant
-route on its own (that would test the BLAS, not our kernels)."""
+(1.4-1.7x at 4-8 rows). Since round 17 it takes 2-3 rows too, where its staged 16-row class beats the
+few-row kernel by 1.02-1.31x at 2 rows and 1.31-1.62x at 3 on every measured layout without act-order; with
+act-order the few-row kernel keeps them (the pipelined GEMM 0.47-0.73x). The AMD families use the measured
+NVIDIA values for the portable kernels until measured there, and have neither PTX kernel. The interpreter
+("cpu") never takes the dequant route on its own (that would test the BLAS, not our kernels)."""
 STREAM_MAX_M: dict[str, int] = {fam: lim.stream_max for fam, lim in ROUTE_LIMITS.items()}
 """Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`)."""
 _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
@@ -507,7 +507,11 @@ def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> s
     from . import _w4a16_rows_ptx as kr
     from .runtime import arch_family
 
-    return choose_route(m, arch_family(arch), w.out_features, few_rows=kr.rows_eligible(arch, dtype, w),
+    # the few-row kernel keeps 2-3 rows of act-order weights only: without act-order the pipelined GEMM's 16-row
+    # class is 1.02-1.31x faster at 2 rows and 1.31-1.62x at 3 (g32 / g64 / g128), with it 0.47-0.73x
+    # (H100, RESULTS.md round17)
+    few_rows = w.perm is not None and kr.rows_eligible(arch, dtype, w)
+    return choose_route(m, arch_family(arch), w.out_features, few_rows=few_rows,
                         pipelined=kp.pipelined_eligible(arch, w), weight_elems=w.in_features * w.out_features,
                         bf16=dtype == torch.bfloat16)
 
@@ -524,7 +528,8 @@ it saves (H100 decode step, GPTQ batch 64: Llama-3-8B 6.417 -> 6.452 ms, Llama-2
 def accumulating_route(x: "torch.Tensor", w: W4A16Weight) -> Optional[str]:
     """The route of `ACCUMULATING_ROUTES` that `w4a16_accumulate` would take for `x` (``[M, K]``, fp16/bf16, at
     most `ACCUMULATE_MAX_ROWS` rows) times `w`, or None: the Triton kernels run here and the dispatcher
-    sends M rows to an accumulating route (on NVIDIA one row and 4-16 rows; 2-3 rows take the few-row kernel)."""
+    sends M rows to an accumulating route (on NVIDIA 1-16 rows, but 2-3 rows of act-order weights, which take the
+    few-row kernel)."""
     import torch
 
     from .runtime import kernel_arch

@@ -334,6 +334,19 @@ def test_gemv_m1_error_is_the_fp16_rounding_of_the_output(sym):
     assert (out.double() - exact).abs().max().item() <= 1.5 * rounding + 1e-6 * exact.abs().max().item()
 
 
+def test_two_and_three_rows_go_by_act_order():
+    """On NVIDIA the few-row kernel keeps 2-3 rows of act-order fp16 weights; every other weight takes the
+    pipelined GEMM from 2 rows (H100, RESULTS.md round17). Decided on the CPU: the route needs no GPU."""
+    from optimum_amdx.kernels.w4a16 import dispatch_route
+
+    for act_order, few in ((False, "pipelined"), (True, "rows")):
+        qweight, qzeros, scales, g_idx, _ = quantize(4096, 4096, 4, 128, True, act_order, "gptq", seed=5)
+        w = prepare_gptq_weight(qweight, qzeros, scales, g_idx, bits=4, group_size=128)
+        assert [dispatch_route(m, w, torch.float16, "sm_90") for m in (1, 2, 3, 4)] == ["stream", few, few, "pipelined"]
+        assert dispatch_route(2, w, torch.bfloat16, "sm_90") == "pipelined"  # the few-row kernel is fp16 only
+        assert dispatch_route(2, w, torch.float16, "gfx942") != "rows"  # NVIDIA only
+
+
 def test_dispatch_and_grid_choices():
     from optimum_amdx.kernels._w4a16_triton import _chunks, stream_config, stream_grid
     from optimum_amdx.kernels.w4a16 import choose_route
