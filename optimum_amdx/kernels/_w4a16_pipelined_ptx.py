@@ -297,11 +297,14 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True)
         name = "rows256" if m > 128 and chunks == 1 else "rows64"
     else:
         name = "rows64_n128" if n >= WIDE_TILE_N or m > 128 else "rows64"
-    cfg = dict(PIPELINED_CONFIGS[name])
-    if not half:  # the float32 dequantization keeps the register word loads
-        cfg.update(HALF_DEQ=False, UNROLL=1)
-        cfg.pop("PTX_LOADS", None)
-    return cfg
+    return dict(PIPELINED_CONFIGS[name]) if half else float32_config(PIPELINED_CONFIGS[name])
+
+
+def float32_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """`cfg` as bf16 activations run it: the float32 dequantization, one K tile per step, register word loads."""
+    out = {key: v for key, v in cfg.items() if key != "PTX_LOADS"}
+    out.update(HALF_DEQ=False, UNROLL=1)
+    return out
 
 
 def pipelined_eligible(arch: str, w: "W4A16Weight") -> bool:

@@ -13,7 +13,9 @@ per half, one float32 FMA by the group's scale per word pair).
 Where it wins (H100, section w4rows): 2 rows 1.6x and 3 rows 1.2x faster than the fused GEMM on the
 large Llama weights; from 4 rows on it loses, because each row adds an accumulator tile and its
 activation pairs to every thread's registers, fewer warps fit per SM, and the loop is latency-bound
-(Nsight Compute: 3.9 active warps per scheduler at 4 rows). The dispatcher's limit is
+(Nsight Compute: 3.9 active warps per scheduler at 4 rows). Since round 17 the dispatcher sends it 2-3 rows of
+act-order weights only (`w4a16.dispatch_route`): without act-order the pipelined GEMM's staged 16-row class is
+1.02-1.31x faster at 2 rows and 1.31-1.62x at 3, with act-order 0.47-0.73x (RESULTS.md round17). The limit is
 `w4a16.ROUTE_LIMITS`; the kernel takes 1..`ROWS_MAX` rows when forced (benchmarks, tests).
 
 NVIDIA only (inline PTX); AMD, bf16, 16-row groups and the interpreter take the fused GEMM. The

@@ -99,7 +99,8 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
 
 def test_pipelined_configs_and_k_splits():
     from optimum_amdx.kernels._w4a16_gemm_triton import split_k
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import LONG_K, PIPELINED_CONFIGS, WIDE_TILE_N, pipelined_config
+    from optimum_amdx.kernels._w4a16_pipelined_ptx import (LONG_K, PIPELINED_CONFIGS, WIDE_TILE_N, float32_config,
+                                                           pipelined_config)
 
     n_wide, n_narrow = 14336, 4096
     assert pipelined_config(16, 4096, n_wide)["BLOCK_M"] == 16 and pipelined_config(32, 4096, n_narrow)["BLOCK_M"] == 32
@@ -130,7 +131,7 @@ def test_pipelined_configs_and_k_splits():
         half, f32 = pipelined_config(m, k, n), pipelined_config(m, k, n, half=False)
         assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and f32["UNROLL"] == 1
         assert f32.get("PTX_LOADS", True)  # the float32 dequantization keeps the register word loads
-        assert {k: v for k, v in {**half, "HALF_DEQ": False, "UNROLL": 1}.items() if k != "PTX_LOADS"} == f32
+        assert f32 == float32_config(half)
     # bf16 on wide outputs above 64 rows: the 64 x 64 tile up to 128 rows, then the 256 x 128 tile (one group per
     # tile; four take the 64 x 64 tile)
     assert pipelined_config(100, 4096, WIDE_TILE_N, half=False)["BLOCK_N"] == 64
@@ -198,19 +199,33 @@ def test_pipelined_kernel_matches_exact(k, n, group, sym, act_order, fmt, m, cfg
     _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype)
 
 
+_CLASS_LAYOUTS = [(128, True, False), (32, False, True)]
+"""g128 symmetric and g32 asymmetric act-order: one and four scale groups per tile, with and without the x gather."""
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the kernel is inline PTX)")
 @pytest.mark.parametrize("name", sorted(PIPELINED_CONFIGS))
-@pytest.mark.parametrize("group,sym,act_order", [(128, True, False), (32, False, True)])
+@pytest.mark.parametrize("group,sym,act_order", _CLASS_LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_every_pipelined_class_matches_exact(name, group, sym, act_order, dtype):
-    """Each class of `PIPELINED_CONFIGS` as the dispatcher would launch it (fp16: as written; bf16: register
-    word loads, float32 dequantization), on a weight with several column tiles and K splits."""
-    cfg = dict(PIPELINED_CONFIGS[name], within_waves=PIPELINED_CONFIGS[name].get("within_waves", True))
-    if dtype == torch.bfloat16:
-        cfg.update(HALF_DEQ=False, UNROLL=1)
-        cfg.pop("PTX_LOADS", None)
+    """Each class of `PIPELINED_CONFIGS` as the dispatcher launches it (fp16: as written; bf16: `float32_config`),
+    on a weight with several column tiles and K splits."""
+    from optimum_amdx.kernels._w4a16_pipelined_ptx import float32_config
+
+    cfg = PIPELINED_CONFIGS[name] if dtype == torch.float16 else float32_config(PIPELINED_CONFIGS[name])
     _check_exact(2048, 768, group, sym, act_order, "gptq", 2 * cfg["BLOCK_M"] - 3, cfg, dtype)
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINED_CONFIGS))
+@pytest.mark.parametrize("group,sym,act_order", _CLASS_LAYOUTS)
+def test_every_pipelined_class_matches_exact_interpreted(name, group, sym, act_order):
+    """The same tiles, warps and splits under the interpreter (plain word loads, float32 dequantization), on a
+    256 x 256 weight with two row blocks."""
+    if DEVICE == "cuda":
+        pytest.skip("the GPU runs every class above")
+    cfg = PIPELINED_CONFIGS[name]
+    _check_exact(256, 256, group, sym, act_order, "gptq", 2 * cfg["BLOCK_M"] - 3, cfg, torch.float16)
 
 
 @pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT])
