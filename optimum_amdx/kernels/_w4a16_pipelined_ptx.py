@@ -42,7 +42,7 @@ import triton.language as tl
 from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, gather_x, split_k
 from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
 from .runtime import compute_units
-from .w4a16 import PIPELINED_MIN_WEIGHT, WIDE_N
+from .w4a16 import LONG_K, PIPELINED_MIN_WEIGHT, WIDE_N
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -257,10 +257,6 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
                     "HALF_DEQ": True, "PTX_LOADS": False},
     "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},  # bf16 only
 }
-LONG_K = 8192
-"""Narrow outputs with an input wider than this (14336, 11008) take the 64 x 128 tile at 65-128 rows: few
-column tiles, many K tiles to share out (H100, RESULTS.md round17: 41.3-44.9 against 42.5-46.7 us with the
-64 x 64 tile on 14336x4096)."""
 WIDE_TILE_N = 16384
 """Outputs at least this wide (the fused gate/up, 22016 and 28672 columns) take the 64 x 128 tile from 33 rows:
 their 128-column tiles alone outnumber the SMs (H100, RESULTS.md round17: 40.1-42.9 against 46.6-48.8 us with
@@ -277,24 +273,30 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True)
     - 17-32 rows: 32-row tiles, staged on narrow outputs (under `w4a16.WIDE_N`, split along K further) and in
       registers on wide ones (staged was mixed there).
     - 33 rows and more: 64-row tiles, staged: 64 columns wide, or 128 on outputs of at least `WIDE_TILE_N`
-      columns, from 129 rows on every wide output, and at 65-128 rows on narrow outputs whose input exceeds
-      `LONG_K` (RESULTS.md round17: 0.98-1.89x the speed of round 16's routes and classes on the Llama projections).
+      columns, from 129 rows on every wide output, and at 65-128 rows and above 384 rows on narrow outputs whose
+      input exceeds `w4a16.LONG_K` (RESULTS.md round17: 0.98-1.89x the speed of round 16's routes and classes on
+      the Llama projections; 41.3-44.9 against 42.5-46.7 us with the 64 x 64 tile on 14336x4096 at 65-128 rows;
+      round18: 122-128 against 159-162 us at 448-512 rows, and 113-118 against 122-131 us the other way at
+      320-384).
 
     bf16 takes the same tiles with the register word loads and its float32 dequantization, one K tile per step
     (with two, its sm_90 build needs 158-196 registers, 2-3 programs per SM, and measured up to 1.3x slower on an
-    H100: RESULTS.md section w4half), except on wide outputs above 64 rows: there the 64 x 128 tile lost in
-    registers (0.93-0.95x at 96-192 rows on 4096x28672), so bf16 keeps the 64 x 64 tile up to 128 rows and the
-    256 x 128 tile beyond (round17). The 256 x 128 tile serves one scale group per tile only: with more, its
-    sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0)."""
+    H100: RESULTS.md section w4half), except above 64 rows: on wide outputs the 64 x 128 tile lost in
+    registers (0.93-0.95x at 96-192 rows on 4096x28672), so bf16 keeps the 64 x 64 tile up to 128 rows there, and
+    above 128 rows every output takes the 256 x 128 tile (round17; on 14336x4096 and 11008x4096 at 160-256 rows
+    1.23-1.34x dequant + BLAS, round18). The 256 x 128 tile serves one scale group per tile only: with more, its
+    sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0), and the 64 x 64 tile runs instead."""
     narrow = n < WIDE_N
     if m <= 16:
         name = "rows16" if half and k * n > PIPELINED_MIN_WEIGHT else "rows16_regs"
     elif m <= 32:
         name = "narrow32" if narrow else "rows32"
+    elif not half and m > 128:
+        name = "rows256" if chunks == 1 else "rows64"
     elif narrow:
-        name = "rows64_n128" if k > LONG_K and 64 < m <= 128 else "rows64"
+        name = "rows64_n128" if k > LONG_K and (64 < m <= 128 or m > 384) else "rows64"
     elif not half and m > 64:
-        name = "rows256" if m > 128 and chunks == 1 else "rows64"
+        name = "rows64"
     else:
         name = "rows64_n128" if n >= WIDE_TILE_N or m > 128 else "rows64"
     return dict(PIPELINED_CONFIGS[name]) if half else float32_config(PIPELINED_CONFIGS[name])

@@ -53,6 +53,7 @@ __all__ = [
     "PIPELINED_MIN_WEIGHT",
     "SMALL_WEIGHT",
     "WIDE_N",
+    "LONG_K",
 ]
 
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -423,6 +424,12 @@ per-tile cost at more rows (H100, 4096x4096, RESULTS.md round17: 1.15-1.30x fast
 17-64 rows with the staged classes; at 96-128 rows the act-order g32 layout and bf16 lost to dequant + BLAS)."""
 
 
+LONG_K = 8192
+"""Inputs wider than this (14336, 11008: the down projections) make a long-input weight: few column tiles and
+many K tiles to share out, which decides its pipelined tile at 65-128 rows (`_w4a16_pipelined_ptx.
+pipelined_config`) and keeps a narrow output on the pipelined GEMM for prefill rows (`ROUTE_LIMITS`)."""
+
+
 class RouteLimits(NamedTuple):
     """The dispatcher's row thresholds for one arch family (see `ROUTE_LIMITS`)."""
 
@@ -435,14 +442,16 @@ class RouteLimits(NamedTuple):
     pipelined_max_narrow: int
     pipelined_max_small: int
     pipelined_max_narrow_bf16: int
+    pipelined_max_prefill: int
+    pipelined_max_long_k_bf16: int
 
 
 ROUTE_LIMITS: dict[str, RouteLimits] = {
-    "hopper": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 128),
-    "cdna": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0, 0),
-    "rdna3": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0, 0),
-    "default": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 128),
-    "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0, 0, 0),
+    "hopper": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 128, 512, 256),
+    "cdna": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0, 0, 0, 0),
+    "rdna3": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0, 0, 0, 0),
+    "default": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 128, 512, 256),
+    "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0, 0, 0, 0, 0),
 }
 """The dispatcher's thresholds, all of them, per arch family (`RouteLimits`). Up to ``stream_max`` rows
 the persistent stream-K kernel runs (the one-row FMA loop); up to ``rows_max`` rows the few-row kernel
@@ -451,7 +460,10 @@ reused by every row) where it applies and `dispatch_route` asks for it (act-orde
 ``pipelined_min`` to ``pipelined_max_wide`` rows for an output at least `WIDE_N` wide
 (``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16 activations;
 ``pipelined_max_small`` for a weight of exactly `PIPELINED_MIN_WEIGHT` elements) the pipelined fused GEMM
-(`_w4a16_pipelined_ptx`: NVIDIA, a weight of at least `PIPELINED_MIN_WEIGHT` elements); up to
+(`_w4a16_pipelined_ptx`: NVIDIA, a weight of at least `PIPELINED_MIN_WEIGHT` elements); a weight with one
+scale group per 128-row tile (group 128 or coarser) keeps it to ``pipelined_max_prefill`` rows in fp16 when its
+output is wide or its input longer than `LONG_K`, and to ``pipelined_max_long_k_bf16`` rows in bf16 on a narrow
+output with such an input; up to
 ``gemm_max_wide`` / ``gemm_max_narrow`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in
 registers, fed to ``tl.dot``, split-K when its tiles do not fill the GPU); above, dequantize once into
 a dense weight and call the BLAS matmul, which amortizes the dense write over many rows.
@@ -466,7 +478,10 @@ the fused GEMM and dequant + BLAS up to 256 rows on wide outputs (1.2-1.6x at 19
 lost up to 0.76x there and stays at 128), and on 4096x4096 to 64 (1.15-1.30x the fused GEMM at 17-64
 rows; at 96-128 the act-order g32 layout and bf16 lost to dequant + BLAS, 0.79-0.90x); with the fp16
 dequantization and two K tiles per step (section w4half) it also beats the fused GEMM from 4 rows
-(1.4-1.7x at 4-8 rows). Since round 17 it takes 2-3 rows too, where its staged 16-row class beats the
+(1.4-1.7x at 4-8 rows). Prefill chunks of 257-512 rows (round18): 1.02-1.35x dequant + BLAS on wide and
+long-input outputs in g128 at 320 rows, 1.03-1.09x at 512 (4096x6144 lost from 384 rows and act-order g32 at
+320-512, 0.80-0.92x: they stay on dequant + BLAS); bf16 on narrow long-input outputs at 160-256 rows with the
+256 x 128 tile 1.23-1.34x. Since round 17 it takes 2-3 rows too, where its staged 16-row class beats the
 few-row kernel by 1.02-1.31x at 2 rows and 1.31-1.62x at 3 on every measured layout without act-order; with
 act-order the few-row kernel keeps them (the pipelined GEMM 0.47-0.73x). The AMD families use the measured
 NVIDIA values for the portable kernels until measured there, and have neither PTX kernel. The interpreter
@@ -477,19 +492,26 @@ _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 
 
 def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = False, pipelined: bool = False,
-                 weight_elems: Optional[int] = None, bf16: bool = False) -> str:
+                 weight_elems: Optional[int] = None, bf16: bool = False, k: Optional[int] = None,
+                 one_group: bool = False) -> str:
     """"stream" (persistent GEMV-like kernel), "rows" (few-row kernel, only where `few_rows` says it
     applies), "pipelined" (pipelined fused GEMM, only where `pipelined` says it applies, for a weight of
     at least `PIPELINED_MIN_WEIGHT` elements; unknown counts as more), "gemm" (fused tiled GEMM) or
     "dequant" (dense weight + BLAS) for `m` rows and an output `n` wide on an arch family (the one place
-    the thresholds are read; an unknown width counts as wide); `bf16`: bf16 activations."""
+    the thresholds are read; an unknown width counts as wide); `bf16`: bf16 activations; `k`: the input
+    width (unknown: not long); `one_group`: the weight has one scale group per 128-row tile."""
     lim = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
     if m <= lim.stream_max:
         return "stream"
     if few_rows and m <= lim.rows_max:
         return "rows"
     narrow = n is not None and n < WIDE_N
+    long_k = k is not None and k > LONG_K
     top = (lim.pipelined_max_narrow_bf16 if bf16 else lim.pipelined_max_narrow) if narrow else lim.pipelined_max_wide
+    if one_group and bf16 and narrow and long_k:
+        top = max(top, lim.pipelined_max_long_k_bf16)
+    elif one_group and not bf16 and (long_k or not narrow):
+        top = max(top, lim.pipelined_max_prefill)
     if weight_elems is not None and weight_elems <= PIPELINED_MIN_WEIGHT:
         top = min(top, lim.pipelined_max_small) if weight_elems == PIPELINED_MIN_WEIGHT else 0
     if pipelined and lim.pipelined_min <= m <= top:
@@ -505,6 +527,7 @@ def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> s
 
     from . import _w4a16_pipelined_ptx as kp
     from . import _w4a16_rows_ptx as kr
+    from ._w4a16_triton import _chunks, _group_arg
     from .runtime import arch_family
 
     # the few-row kernel keeps 2-3 rows of act-order weights only: without act-order the pipelined GEMM's 16-row
@@ -513,7 +536,7 @@ def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> s
     few_rows = w.perm is not None and kr.rows_eligible(arch, dtype, w)
     return choose_route(m, arch_family(arch), w.out_features, few_rows=few_rows,
                         pipelined=kp.pipelined_eligible(arch, w), weight_elems=w.in_features * w.out_features,
-                        bf16=dtype == torch.bfloat16)
+                        bf16=dtype == torch.bfloat16, k=w.in_features, one_group=_chunks(_group_arg(w)) == 1)
 
 
 ACCUMULATING_ROUTES = ("stream", "pipelined")

@@ -99,8 +99,9 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
 
 def test_pipelined_configs_and_k_splits():
     from optimum_amdx.kernels._w4a16_gemm_triton import split_k
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import (LONG_K, PIPELINED_CONFIGS, WIDE_TILE_N, float32_config,
+    from optimum_amdx.kernels._w4a16_pipelined_ptx import (PIPELINED_CONFIGS, WIDE_TILE_N, float32_config,
                                                            pipelined_config)
+    from optimum_amdx.kernels.w4a16 import LONG_K
 
     n_wide, n_narrow = 14336, 4096
     assert pipelined_config(16, 4096, n_wide)["BLOCK_M"] == 16 and pipelined_config(32, 4096, n_narrow)["BLOCK_M"] == 32
@@ -110,10 +111,11 @@ def test_pipelined_configs_and_k_splits():
     for m, k, n in ((33, 4096, n_narrow), (64, LONG_K + 1, n_narrow), (256, LONG_K + 1, n_narrow), (100, 4096, 12288)):
         cfg = pipelined_config(m, k, n)
         assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["waves"]) == (64, 64, 4), (m, k, n)
-    # ... or 128 wide: narrow outputs of a long input at 65-128 rows, outputs of WIDE_TILE_N columns from 33 rows,
-    # every wide output from 129 rows
-    for m, k, n in ((65, LONG_K + 1, n_narrow), (128, LONG_K + 1, n_narrow), (33, 4096, WIDE_TILE_N),
-                    (129, 4096, 12288), (256, 4096, 12288)):
+    # ... or 128 wide: narrow outputs of a long input at 65-128 rows and above 384 (prefill chunks), outputs of
+    # WIDE_TILE_N columns from 33 rows, every wide output from 129 rows
+    assert pipelined_config(384, LONG_K + 1, n_narrow)["BLOCK_N"] == 64
+    for m, k, n in ((65, LONG_K + 1, n_narrow), (128, LONG_K + 1, n_narrow), (385, LONG_K + 1, n_narrow),
+                    (512, LONG_K + 1, n_narrow), (33, 4096, WIDE_TILE_N), (129, 4096, 12288), (512, 4096, 12288)):
         cfg = pipelined_config(m, k, n)
         assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"]) == (64, 128, 8), (m, k, n)
     assert pipelined_config(128, 4096, WIDE_TILE_N - 1)["BLOCK_N"] == 64
@@ -127,17 +129,18 @@ def test_pipelined_configs_and_k_splits():
     assert split_k(64, 1, 112, staged, 132) == (12, 10)  # 14336 x 4096
     # bf16 takes the float32 dequantization with the same tiles, one K tile per step
     for m, k, n in ((16, 4096, 4096), (32, 4096, n_wide), (32, 4096, n_narrow), (100, 4096, n_wide),
-                    (200, LONG_K + 1, n_narrow)):
+                    (100, LONG_K + 1, n_narrow)):
         half, f32 = pipelined_config(m, k, n), pipelined_config(m, k, n, half=False)
         assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and f32["UNROLL"] == 1
         assert f32.get("PTX_LOADS", True)  # the float32 dequantization keeps the register word loads
         assert f32 == float32_config(half)
-    # bf16 on wide outputs above 64 rows: the 64 x 64 tile up to 128 rows, then the 256 x 128 tile (one group per
-    # tile; four take the 64 x 64 tile)
+    # bf16 on wide outputs above 64 rows: the 64 x 64 tile up to 128 rows; above 128 rows on every output the
+    # 256 x 128 tile (one group per tile; four take the 64 x 64 tile)
     assert pipelined_config(100, 4096, WIDE_TILE_N, half=False)["BLOCK_N"] == 64
     assert pipelined_config(48, 4096, WIDE_TILE_N, half=False)["BLOCK_N"] == 128
-    assert pipelined_config(200, 4096, n_wide, half=False)["BLOCK_M"] == 256
-    assert pipelined_config(200, 4096, n_wide, chunks=4, half=False)["BLOCK_M"] == 64
+    for n in (n_wide, n_narrow):
+        assert pipelined_config(200, LONG_K + 1, n, half=False)["BLOCK_M"] == 256
+        assert pipelined_config(200, LONG_K + 1, n, chunks=4, half=False)["BLOCK_M"] == 64
     # fp16 stages the words from 17 rows on, except wide outputs at 17-32 rows (mixed there, RESULTS round16)
     for m, n in ((24, n_narrow), (33, n_wide), (64, n_narrow), (100, n_wide), (200, n_narrow), (256, WIDE_TILE_N)):
         cfg = pipelined_config(m, 4096, n)
@@ -261,13 +264,15 @@ def test_dispatcher_takes_the_pipelined_gemm_between_its_limits():
 
     lim = ROUTE_LIMITS.get(arch_family(device_arch()), ROUTE_LIMITS["default"])
     assert lim.pipelined_max_wide >= lim.pipelined_min, "no row count takes the pipelined GEMM on this GPU"
-    # without act-order: act-order weights keep the few-row kernel at 2-3 rows (`dispatch_route`)
+    # without act-order: act-order weights keep the few-row kernel at 2-3 rows (`dispatch_route`); a wide g128
+    # weight keeps the pipelined GEMM to the prefill limit
     qweight, qzeros, scales, g_idx, expected = quantize(4096, 8192, 4, 128, False, False, "gptq", seed=3)
     w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=128)
-    for m in (lim.pipelined_min - 1, lim.pipelined_min, lim.pipelined_max_wide, lim.pipelined_max_wide + 1):
+    top = max(lim.pipelined_max_wide, lim.pipelined_max_prefill)
+    for m in (lim.pipelined_min - 1, lim.pipelined_min, lim.pipelined_max_wide + 1, top, top + 1):
         x = torch.randn(m, 4096, generator=torch.Generator().manual_seed(m)).half().cuda()
         with mock.patch.object(kp, "pipelined_matmul", wraps=kp.pipelined_matmul) as spy:
             out = w4a16_matmul(x, w)
-        assert spy.called == (lim.pipelined_min <= m <= lim.pipelined_max_wide), m
+        assert spy.called == (lim.pipelined_min <= m <= top), m
         exact = x.double() @ expected.double().cuda()
         assert (out.double() - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
