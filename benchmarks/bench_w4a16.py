@@ -332,7 +332,7 @@ def parse_configs(spec: str) -> list[tuple[str, dict[str, int]]]:
 def knob_on_routes(key: str, value: str) -> Iterator[None]:
     """`key` = `value` (``K1+K2`` = ``a+b`` for several) in the shipped configs of the one-row, few-row and
     pipelined routes (what shipping the knob would do), restored on exit."""
-    from optimum_amdx.kernels import _w4a16_pipelined_ptx as kp
+    from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
     from optimum_amdx.kernels import _w4a16_rows_ptx as kr
     from optimum_amdx.kernels import _w4a16_triton as kt
 

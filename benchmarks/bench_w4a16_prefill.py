@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                 variants: list[tuple[str, Callable[[Any], torch.Tensor]]] = [
                     ("dequant", lambda w: w4a16_matmul(x, w, route="dequant"))]
                 if args.fused:
-                    from optimum_amdx.kernels import _w4a16_pipelined_ptx as kp
+                    from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
 
                     base_cfg = kp.pipelined_config(m, k, n)
                     variants.append(("pipelined", lambda w: w4a16_matmul(x, w, route="pipelined")))

@@ -112,7 +112,7 @@ def _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_
     """The weight operand ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in x's dtype, from its packed words
     [BLOCK_N, 16]: each of the 8 nibble planes ``(q - z) * s`` with its group's constants (CHUNKS: scale
     groups per tile), joined in row order (NATURAL) or in the bit-reversed plane order. Shared by the
-    fused GEMM and the pipelined GEMM (`_w4a16_pipelined_ptx`)."""
+    fused GEMM and the pipelined GEMM (`_w4a16_pipelined_triton`)."""
     dt = x_ptr.dtype.element_ty
     w_l16 = packed << 16
     w_l8 = packed << 8
@@ -159,7 +159,7 @@ def _write_tile(acc, out_ptr, ws_ptr, cnt, n_splits, bias_ptr, offs_m, offs_n, m
     """Store the float32 tile ``acc`` = out^T [BLOCK_N, BLOCK_M] (+ bias). With SPLIT > 1 (`n_splits`
     programs share the tile along K), add it into the float32 workspace instead; the split that takes
     the last ticket at `cnt` writes the sum and clears the workspace and the ticket (one graph-safe
-    launch). Shared with `_w4a16_pipelined_ptx`. ACCUM: `ws_ptr` is the caller's zeroed float32
+    launch). Shared with `_w4a16_pipelined_triton`. ACCUM: `ws_ptr` is the caller's zeroed float32
     ``[M, N]`` accumulator and the result: the tile is stored (one split) or added (several) there, with
     no ticket and no output store (`w4a16.w4a16_accumulate`; no bias)."""
     out_mask = (offs_n < N)[:, None] & m_mask[None, :]

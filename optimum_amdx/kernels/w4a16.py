@@ -426,7 +426,7 @@ per-tile cost at more rows (H100, 4096x4096, RESULTS.md round17: 1.15-1.30x fast
 
 LONG_K = 8192
 """Inputs wider than this (14336, 11008: the down projections) make a long-input weight: few column tiles and
-many K tiles to share out, which decides its pipelined tile at 65-128 rows (`_w4a16_pipelined_ptx.
+many K tiles to share out, which decides its pipelined tile at 65-128 rows (`_w4a16_pipelined_triton.
 pipelined_config`) and keeps a narrow output on the pipelined GEMM for prefill rows (`ROUTE_LIMITS`)."""
 
 
@@ -448,8 +448,8 @@ class RouteLimits(NamedTuple):
 
 ROUTE_LIMITS: dict[str, RouteLimits] = {
     "hopper": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 128, 512, 256),
-    "cdna": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0, 0, 0, 0),
-    "rdna3": RouteLimits(1, 1, 128, 64, 0, 0, 0, 0, 0, 0, 0),
+    "cdna": RouteLimits(1, 1, 128, 64, 2, 128, 128, 32, 0, 256, 0),
+    "rdna3": RouteLimits(1, 1, 128, 64, 2, 16, 16, 16, 0, 0, 0),
     "default": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 128, 512, 256),
     "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0, 0, 0, 0, 0),
 }
@@ -460,7 +460,7 @@ reused by every row) where it applies and `dispatch_route` asks for it (act-orde
 ``pipelined_min`` to ``pipelined_max_wide`` rows for an output at least `WIDE_N` wide
 (``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16 activations;
 ``pipelined_max_small`` for a weight of exactly `PIPELINED_MIN_WEIGHT` elements) the pipelined fused GEMM
-(`_w4a16_pipelined_ptx`: NVIDIA, a weight of at least `PIPELINED_MIN_WEIGHT` elements); a weight with one
+(`_w4a16_pipelined_triton`: NVIDIA, a weight of at least `PIPELINED_MIN_WEIGHT` elements); a weight with one
 scale group per 128-row tile (group 128 or coarser) keeps it to ``pipelined_max_prefill`` rows in fp16 when its
 output is wide or its input longer than `LONG_K`, and to ``pipelined_max_long_k_bf16`` rows in bf16 on a narrow
 output with such an input; up to
@@ -484,8 +484,15 @@ long-input outputs in g128 at 320 rows, 1.03-1.09x at 512 (4096x6144 lost from 3
 256 x 128 tile 1.23-1.34x. Since round 17 it takes 2-3 rows too, where its staged 16-row class beats the
 few-row kernel by 1.02-1.31x at 2 rows and 1.31-1.62x at 3 on every measured layout without act-order; with
 act-order the few-row kernel keeps them (the pipelined GEMM 0.47-0.73x). The AMD families use the measured
-NVIDIA values for the portable kernels until measured there, and have neither PTX kernel. The interpreter
-("cpu") never takes the dequant route on its own (that would test the BLAS, not our kernels)."""
+NVIDIA values for the portable kernels until measured there, and have no few-row kernel. Since round 18 they run
+the pipelined GEMM in its portable form (plain word loads, the fp16 dequantization in Triton's own operations,
+2 stages; fp16 activations only): on an H100 that form of CDNA's classes (up to 64-row tiles) took 1.19-1.99x
+less time than the fused GEMM at 2-128 rows on the Llama projections (act-order g32 at 128 rows 0.95x), and
+1.00-1.18x less than dequant + BLAS at 256 rows in g128 (act-order g32 0.75-0.87x); at 64 rows and less it was
+0.99-1.06x on 4096x4096 from 32 rows. gfx1100 keeps the 16-row tile (the only one without scratch there in every
+layout), which won 1.29-1.99x up to 16 rows. Hence CDNA to 128 rows (one group per tile, wide or long-input:
+256), 4096x4096 to 32, gfx1100 to 16 (RESULTS.md round18). The interpreter ("cpu") never takes the dequant route
+on its own (that would test the BLAS, not our kernels)."""
 STREAM_MAX_M: dict[str, int] = {fam: lim.stream_max for fam, lim in ROUTE_LIMITS.items()}
 """Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`)."""
 _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
@@ -525,7 +532,7 @@ def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> s
     and which NVIDIA-only kernels can serve it."""
     import torch
 
-    from . import _w4a16_pipelined_ptx as kp
+    from . import _w4a16_pipelined_triton as kp
     from . import _w4a16_rows_ptx as kr
     from ._w4a16_triton import _chunks, _group_arg
     from .runtime import arch_family
@@ -535,7 +542,7 @@ def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> s
     # (H100, RESULTS.md round17)
     few_rows = w.perm is not None and kr.rows_eligible(arch, dtype, w)
     return choose_route(m, arch_family(arch), w.out_features, few_rows=few_rows,
-                        pipelined=kp.pipelined_eligible(arch, w), weight_elems=w.in_features * w.out_features,
+                        pipelined=kp.pipelined_eligible(arch, w, dtype), weight_elems=w.in_features * w.out_features,
                         bf16=dtype == torch.bfloat16, k=w.in_features, one_group=_chunks(_group_arg(w)) == 1)
 
 
@@ -608,7 +615,7 @@ def w4a16_accumulate(x: "torch.Tensor", w: W4A16Weight, acc: "torch.Tensor",
     if route == "stream":
         kt.stream_matmul(x2, w, None, acc, arch, accumulate=True)
     else:
-        from . import _w4a16_pipelined_ptx as kp
+        from . import _w4a16_pipelined_triton as kp
 
         kp.pipelined_matmul(x2, w, None, arch, accumulate_into=acc)
     return acc
@@ -653,7 +660,7 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
         kr.rows_matmul(x2, w, bias, out, arch, config)
     elif route == "pipelined":
-        from . import _w4a16_pipelined_ptx as kp
+        from . import _w4a16_pipelined_triton as kp
 
         out = kp.pipelined_matmul(x2, w, bias, arch, config)
     else:

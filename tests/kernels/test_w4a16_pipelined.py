@@ -1,6 +1,6 @@
-"""The pipelined fused W4A16 GEMM (NVIDIA PTX weight loads): who may take it, the sm_90 build's
-structure (compiled on the CPU), and on a GPU every group layout, zero mode, act-order, ragged K/N,
-dtype, row count and K split against the exact float32 result.
+"""The pipelined fused W4A16 GEMM (NVIDIA: PTX weight loads and fp16 dequantization; AMD and the interpreter: its
+portable form): who may take it, the sm_90 build's structure (compiled on the CPU), the AMD configs, and every
+group layout, zero mode, act-order, ragged K/N, dtype, row count and K split against the exact float32 result.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from optimum_amdx.kernels._w4a16_pipelined_ptx import PIPELINED_CONFIGS
+from optimum_amdx.kernels._w4a16_pipelined_triton import PIPELINED_CONFIGS
 from optimum_amdx.kernels.w4a16 import prepare_gptq_weight, w4a16_matmul
 
 from .test_w4a16 import DEVICE, quantize
@@ -16,14 +16,44 @@ from .test_w4a16_rows import sm90_build_stdout
 from .test_w4a16_stream import PACKED_CASES
 
 
-def test_pipelined_route_only_on_nvidia_targets():
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import pipelined_eligible
+def test_pipelined_route_targets():
+    """NVIDIA takes it for fp16 and bf16, AMD for fp16 only (its portable fp16 dequantization), the interpreter
+    only when forced; on a CDNA GPU the dispatcher sends 2-128 fp16 rows of a large weight here, bf16 elsewhere."""
+    from optimum_amdx.kernels._w4a16_pipelined_triton import pipelined_eligible
+    from optimum_amdx.kernels.w4a16 import dispatch_route
 
     qweight, qzeros, scales, g_idx, _ = quantize(256, 128, 4, 128, True, False, "gptq", seed=1)
     w = prepare_gptq_weight(qweight, qzeros, scales, g_idx, bits=4, group_size=128)
-    assert pipelined_eligible("sm_90", w)
-    assert not pipelined_eligible("gfx942", w)
+    assert pipelined_eligible("sm_90", w) and pipelined_eligible("sm_90", w, torch.bfloat16)
+    assert pipelined_eligible("gfx942", w, torch.float16) and pipelined_eligible("gfx1100", w, torch.float16)
+    assert not pipelined_eligible("gfx942", w, torch.bfloat16)
     assert not pipelined_eligible("cpu", w)
+    big = prepare_gptq_weight(torch.zeros(4096 // 8, 8192, dtype=torch.int32),
+                              torch.zeros(4096 // 128, 8192 // 8, dtype=torch.int32),
+                              torch.ones(4096 // 128, 8192, dtype=torch.float16), None, bits=4, group_size=128)
+    assert [dispatch_route(m, big, torch.float16, "gfx942") for m in (1, 2, 128, 129)] == [
+        "stream", "pipelined", "pipelined", "pipelined"]  # g128, wide: to the prefill limit (256)
+    assert dispatch_route(257, big, torch.float16, "gfx942") == "dequant"
+    assert dispatch_route(16, big, torch.float16, "gfx1100") == "pipelined"
+    assert dispatch_route(17, big, torch.float16, "gfx1100") == "gemm"
+    assert dispatch_route(16, big, torch.bfloat16, "gfx942") == "gemm"
+
+
+def test_amd_configs_are_the_portable_form():
+    """An AMD family runs the Hopper classes as `AMD_CLASSES` maps them, with plain word loads, the portable fp16
+    dequantization, one K tile per step and two stages; gfx1100 only the 16-row tile (no scratch there)."""
+    from optimum_amdx.kernels._w4a16_pipelined_triton import AMD_CLASSES, pipelined_config
+
+    for family in AMD_CLASSES:
+        for m, k, n in ((2, 4096, 4096), (16, 4096, 28672), (24, 4096, 28672), (48, 14336, 4096), (200, 4096, 28672)):
+            for half in (True, False):
+                cfg = pipelined_config(m, k, n, 1, half, family)
+                assert cfg["PTX_LOADS"] is False and cfg["PTX_DEQ"] is False and cfg["num_stages"] == 2, cfg
+                assert cfg.get("UNROLL", 1) == 1 and cfg["HALF_DEQ"] == half
+                assert cfg["BLOCK_M"] <= (64 if family == "cdna" else 16)
+                assert ("matrix_instr_nonkdim" in cfg) == (family == "cdna")
+    assert pipelined_config(200, 4096, 28672, 1, False, "cdna")["BLOCK_M"] == 64  # no 256-row tile in 64 KiB
+    assert pipelined_config(16, 4096, 4096, 1, True, "hopper") == PIPELINED_CONFIGS["rows16_regs"]
 
 
 _BUILD = r"""
@@ -35,7 +65,7 @@ import tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from optimum_amdx.kernels import _w4a16_pipelined_ptx as kp
+from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
 
 sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
        "out_ptr": "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "KT": "i32",
@@ -52,7 +82,7 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
                 "EVEN_N": True, "PTX_LOADS": cfg.get("PTX_LOADS", True), "HALF_DEQ": cfg.get("HALF_DEQ", False),
-                "UNROLL": cfg.get("UNROLL", 1), "ACCUM": False}
+                "UNROLL": cfg.get("UNROLL", 1), "ACCUM": False, "PTX_DEQ": True}
         s = dict(sig, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
         c = triton.compile(ASTSource(fn=kp._w4a16_pipelined_kernel, signature=s, constexprs=cons, attrs=attrs),
@@ -79,7 +109,7 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
     configs with plain word loads have their words staged too (more asynchronous copies) and read back."""
     import json
 
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import PIPELINED_CONFIGS
+    from optimum_amdx.kernels._w4a16_pipelined_triton import PIPELINED_CONFIGS
 
     builds = json.loads(sm90_build_stdout(_BUILD).strip().splitlines()[-1])
 
@@ -99,7 +129,7 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
 
 def test_pipelined_configs_and_k_splits():
     from optimum_amdx.kernels._w4a16_gemm_triton import split_k
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import (PIPELINED_CONFIGS, WIDE_TILE_N, float32_config,
+    from optimum_amdx.kernels._w4a16_pipelined_triton import (PIPELINED_CONFIGS, WIDE_TILE_N, float32_config,
                                                            pipelined_config)
     from optimum_amdx.kernels.w4a16 import LONG_K
 
@@ -214,7 +244,7 @@ _CLASS_LAYOUTS = [(128, True, False), (32, False, True)]
 def test_every_pipelined_class_matches_exact(name, group, sym, act_order, dtype):
     """Each class of `PIPELINED_CONFIGS` as the dispatcher launches it (fp16: as written; bf16: `float32_config`),
     on a weight with several column tiles and K splits."""
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import float32_config
+    from optimum_amdx.kernels._w4a16_pipelined_triton import float32_config
 
     cfg = PIPELINED_CONFIGS[name] if dtype == torch.float16 else float32_config(PIPELINED_CONFIGS[name])
     _check_exact(2048, 768, group, sym, act_order, "gptq", 2 * cfg["BLOCK_M"] - 3, cfg, dtype)
@@ -223,12 +253,25 @@ def test_every_pipelined_class_matches_exact(name, group, sym, act_order, dtype)
 @pytest.mark.parametrize("name", sorted(PIPELINED_CONFIGS))
 @pytest.mark.parametrize("group,sym,act_order", _CLASS_LAYOUTS)
 def test_every_pipelined_class_matches_exact_interpreted(name, group, sym, act_order):
-    """The same tiles, warps and splits under the interpreter (plain word loads, float32 dequantization), on a
-    256 x 256 weight with two row blocks."""
+    """The same tiles, warps and splits under the interpreter (plain word loads; the classes with HALF_DEQ take
+    the portable fp16 dequantization, AMD's, the others the float32 one), on a 256 x 256 weight with two row
+    blocks."""
     if DEVICE == "cuda":
         pytest.skip("the GPU runs every class above")
     cfg = PIPELINED_CONFIGS[name]
     _check_exact(256, 256, group, sym, act_order, "gptq", 2 * cfg["BLOCK_M"] - 3, cfg, torch.float16)
+
+
+@pytest.mark.parametrize("family", ["cdna", "rdna3"])
+@pytest.mark.parametrize("m", [2, 40])
+@pytest.mark.parametrize("group,sym,act_order", _CLASS_LAYOUTS)
+def test_amd_forms_match_exact(family, m, group, sym, act_order):
+    """Each AMD family's config (`pipelined_config(..., family)`: plain word loads, portable fp16 dequantization,
+    two stages) against the exact product; on a GPU it runs as that form on the GPU at hand (no PTX asked)."""
+    from optimum_amdx.kernels._w4a16_pipelined_triton import pipelined_config
+
+    cfg = pipelined_config(m, 256, 256, 128 // group, True, family)
+    _check_exact(256, 256, group, sym, act_order, "gptq", m, cfg, torch.float16)
 
 
 @pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT])
@@ -236,7 +279,7 @@ def test_pipelined_kernel_accumulates_float32_sums(cfg):
     """`accumulate_into`: one split stores its tile into the caller's float32 accumulator, several add
     theirs (no ticket): the accumulator holds the matmul in float32 and the workspace tickets stay zero."""
     from optimum_amdx.kernels._w4a16_gemm_triton import _WORKSPACES
-    from optimum_amdx.kernels._w4a16_pipelined_ptx import pipelined_matmul
+    from optimum_amdx.kernels._w4a16_pipelined_triton import pipelined_matmul
     from optimum_amdx.kernels.runtime import device_arch
 
     k, n, m = 512, 192, 20
@@ -258,7 +301,7 @@ def test_pipelined_kernel_accumulates_float32_sums(cfg):
 def test_dispatcher_takes_the_pipelined_gemm_between_its_limits():
     from unittest import mock
 
-    from optimum_amdx.kernels import _w4a16_pipelined_ptx as kp
+    from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
     from optimum_amdx.kernels.runtime import arch_family, device_arch
     from optimum_amdx.kernels.w4a16 import ROUTE_LIMITS
 

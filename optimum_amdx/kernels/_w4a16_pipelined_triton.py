@@ -1,5 +1,7 @@
-"""The pipelined fused W4A16 GEMM on NVIDIA: the tile loop of `_w4a16_gemm_triton` with the weight
-words read by an inline-PTX load, so that Triton's software pipeliner stages only the activations.
+"""The pipelined fused W4A16 GEMM: the tile loop of `_w4a16_gemm_triton` with the weight words read so that
+Triton's software pipeliner keeps them in flight, and an fp16 dequantization at under two instructions per
+weight. On NVIDIA some classes read the words with an inline-PTX load and the fp16 dequantization is PTX
+(`_planes`); AMD runs its portable form (below).
 
 Why a kernel of its own: in the fused GEMM the packed words are a plain ``tl.load``. Triton then fixes
 their register layout for coalescing, converts the dequantized tile to the MMA operand layout through
@@ -26,9 +28,13 @@ at 1.75 instructions per weight (``HALF_DEQ``). The register-load classes of fp1
 K tiles through one K = 256 dot per step (``UNROLL``). For act-order or a K off the 128-row tiles the
 activations are gathered once per call into the layout's row order (`_w4a16_gemm_triton.x_index`).
 
-NVIDIA only (inline PTX); AMD keeps the fused GEMM, whose AMD compile specs cover the shared helpers,
-and the interpreter runs this kernel with plain loads and the float32 dequantization (tests only; the
-fp16 asm is checked on the GPU). No AMD compile spec here.
+The portable form (AMD, and the interpreter in CI): plain word loads and the same fp16 arithmetic written in
+Triton's own int16 and fp16 operations (`_plane_lo`, `_plane_hi`), which both compilers pack two to a register;
+on an H100 it ran at 0.83-1.02x the speed of the PTX form and 1.21-1.78x the float32 one, with the same results bit
+for bit (RESULTS.md round18). On gfx942 the AMD pipeliner (two stages) prefetches the words into registers and
+the activations through LDS, and the dequantized tile reaches the MFMA from registers. `AMD_CLASSES` and
+`amd_config` say which tiles AMD runs; `AMD_COMPILE_SPECS` compiles each for gfx90a, gfx942, gfx950 and gfx1100
+(no scratch). bf16 on AMD stays on the fused GEMM (`pipelined_eligible`).
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ._w4a16_gemm_triton import E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, gather_x, split_k
+from ._w4a16_gemm_triton import (E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, family, gather_x,
+                                 launch_options, split_k)
 from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
+from .compile_spec import CompileSpec
 from .runtime import compute_units
 from .w4a16 import LONG_K, PIPELINED_MIN_WEIGHT, WIDE_N
 
@@ -110,6 +118,32 @@ def _planes(words, s_e, s_o, zl, zh, ASM: tl.constexpr):
 
 
 @triton.jit
+def _plane_lo(h, s, zl):
+    """Portable `_planes`, even plane: int16 `h` holds the nibble in bits 0-3; or-ed with fp16 1024's bits it
+    reads as fp16 1024 + q, and adding `zl` = -(1024 + z) makes q - z exactly; one multiply by `s` rounds once."""
+    return (((h & 0x000F) | 0x6400).to(tl.float16, bitcast=True) + zl) * s
+
+
+@triton.jit
+def _plane_hi(h, s, zh):
+    """Portable `_planes`, odd plane: the nibble in bits 4-7 reads as fp16 1024 + 16q; times 1/16 plus `zh` =
+    -(64 + z) is q - z exactly, then one rounding by the scale."""
+    return ((((h & 0x00F0) | 0x6400).to(tl.float16, bitcast=True)) * 0.0625 + zh) * s
+
+
+@triton.jit
+def _planes_portable(packed, s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2, zh3, zl4, zh5, zl6, zh7):
+    """The eight fp16 planes of `packed` ([BLOCK_N, 16] int32) without asm: byte b of each word (its 16-bit half,
+    shifted by 8 for odd b) holds planes 2b (bits 0-3) and 2b + 1 (bits 4-7)."""
+    lo = packed.to(tl.int16)
+    hi = (packed >> 16).to(tl.int16)
+    lo8 = lo >> 8
+    hi8 = hi >> 8
+    return (_plane_lo(lo, s0, zl0), _plane_hi(lo, s1, zh1), _plane_lo(lo8, s2, zl2), _plane_hi(lo8, s3, zh3),
+            _plane_lo(hi, s4, zl4), _plane_hi(hi, s5, zh5), _plane_lo(hi8, s6, zl6), _plane_hi(hi8, s7, zh7))
+
+
+@triton.jit
 def _group_h(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZEROS: tl.constexpr,
              EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
     """`_planes`' operands of the group of sorted input row `row` (the stream kernel's group lookup and
@@ -122,15 +156,23 @@ def _group_h(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZERO
 
 @triton.jit
 def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
-                    CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
-    """`_w4a16_gemm_triton._dequant_tile` for fp16 activations on NVIDIA (`_planes`, inline PTX): the
-    weight operand ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in row order."""
+                    CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+                    PTX: tl.constexpr = True):
+    """`_w4a16_gemm_triton._dequant_tile` for fp16 activations: the weight operand ``W_tile^T`` [BLOCK_N, 128]
+    of K tile k0 in row order. PTX: `_planes` (inline PTX, NVIDIA); otherwise the same arithmetic in Triton's
+    own int16 and fp16 operations (`_plane_lo`, `_plane_hi`; AMD and the interpreter), which the compilers pack
+    two to a register (sm_90 PTX: as many ``f16x2`` operations as `_planes`; gfx942: 72 ``v_pk_*``), with the
+    same result bit for bit."""
     s0, zl0, zh0 = _group_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
     if CHUNKS == 1:
-        w0, w1 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_0)
-        w2, w3 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_1)
-        w4, w5 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_2)
-        w6, w7 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_3)
+        if PTX:
+            w0, w1 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_0)
+            w2, w3 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_1)
+            w4, w5 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_2)
+            w6, w7 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_3)
+        else:
+            w0, w1, w2, w3, w4, w5, w6, w7 = _planes_portable(packed, s0, s0, s0, s0, s0, s0, s0, s0, zl0, zh0, zl0,
+                                                              zh0, zl0, zh0, zl0, zh0)
     else:  # plane j holds rows k0 + 16j ..: CHUNKS groups per tile, each group read once
         s4, zl4, zh4 = _group_h(s_ptr, z_ptr, k0 + 64, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
         if CHUNKS >= 4:
@@ -149,10 +191,14 @@ def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
             s3, zl3, zh3 = s2, zl2, zh2
             s5, zl5, zh5 = s4, zl4, zh4
             s7, zl7, zh7 = s6, zl6, zh6
-        w0, w1 = _planes(packed, s0, s1, zl0, zh1, _PLANES_ASM_0)
-        w2, w3 = _planes(packed, s2, s3, zl2, zh3, _PLANES_ASM_1)
-        w4, w5 = _planes(packed, s4, s5, zl4, zh5, _PLANES_ASM_2)
-        w6, w7 = _planes(packed, s6, s7, zl6, zh7, _PLANES_ASM_3)
+        if PTX:
+            w0, w1 = _planes(packed, s0, s1, zl0, zh1, _PLANES_ASM_0)
+            w2, w3 = _planes(packed, s2, s3, zl2, zh3, _PLANES_ASM_1)
+            w4, w5 = _planes(packed, s4, s5, zl4, zh5, _PLANES_ASM_2)
+            w6, w7 = _planes(packed, s6, s7, zl6, zh7, _PLANES_ASM_3)
+        else:
+            w0, w1, w2, w3, w4, w5, w6, w7 = _planes_portable(packed, s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2,
+                                                              zh3, zl4, zh5, zl6, zh7)
     # [BLOCK_N, 16, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c; then position = plane * 16 + r
     wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
     return tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
@@ -161,12 +207,12 @@ def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
 @triton.jit
 def _weight_operand(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N: tl.constexpr,
                     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr,
-                    EVEN_N: tl.constexpr, HALF_DEQ: tl.constexpr):
-    """The dequantized ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in row order: `_dequant_tile_h` (fp16
-    PTX) with HALF_DEQ, else the fused GEMM's float32 `_dequant_tile`."""
+                    EVEN_N: tl.constexpr, HALF_DEQ: tl.constexpr, PTX_DEQ: tl.constexpr = True):
+    """The dequantized ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in row order: `_dequant_tile_h` (fp16; PTX_DEQ:
+    its inline-PTX form) with HALF_DEQ, else the fused GEMM's float32 `_dequant_tile`."""
     if HALF_DEQ:
         wt = _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K,
-                             EVEN_N)
+                             EVEN_N, PTX_DEQ)
     else:
         wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
                            HAS_ZEROS, EVEN_K, EVEN_N, True)
@@ -180,7 +226,7 @@ def _w4a16_pipelined_kernel(
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, HALF_DEQ: tl.constexpr = False,
-    UNROLL: tl.constexpr = 1, ACCUM: tl.constexpr = False,
+    UNROLL: tl.constexpr = 1, ACCUM: tl.constexpr = False, PTX_DEQ: tl.constexpr = True,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -216,9 +262,9 @@ def _w4a16_pipelined_kernel(
             pa, pb = _ld_words2(qw_ptr + w_offs + kt * 2048, qw_ptr + w_offs + kb * 2048, PTX_LOADS)
             x_t = tl.load(x_ptrs2 + k0, mask=m_mask[None, :] & (offs_k2 < (kt1 - kt) * 128)[:, None], other=0.0)
             wa = _weight_operand(pa, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
-                                 HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ)
+                                 HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ, PTX_DEQ)
             wb = _weight_operand(pb, s_ptr, z_ptr, kb * 128, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
-                                 CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ)
+                                 CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ, PTX_DEQ)
             wt = tl.reshape(tl.permute(tl.join(wa, wb), (0, 2, 1)), [BLOCK_N, 256])
             acc = tl.dot(wt, x_t, acc)
     else:
@@ -227,7 +273,7 @@ def _w4a16_pipelined_kernel(
             packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
             x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
             wt = _weight_operand(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
-                                 CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ)
+                                 CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ, PTX_DEQ)
             acc = tl.dot(wt, x_t, acc)
     _write_tile(acc, out_ptr, ws_ptr, cnt_ptr + pid, SPLIT, bias_ptr, offs_m, offs_n, m_mask, N, stride_om, SPLIT,
                 HAS_BIAS, BLOCK_N, BLOCK_M, ACCUM)
@@ -263,9 +309,35 @@ their 128-column tiles alone outnumber the SMs (H100, RESULTS.md round17: 40.1-4
 the 64 x 64 tile on 4096x28672 at 33-64 rows; 4096x12288 was 1.03-1.17x faster with the 64 x 64 tile)."""
 
 
-def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True) -> dict[str, Any]:
+AMD_CLASSES: dict[str, dict[str, str]] = {
+    # the class an AMD family runs instead of a Hopper one: the two-K-tile register-load classes become their
+    # one-tile staged twins; CDNA's 64 KiB of LDS holds no 256-row tile (128 KiB at 2 stages); on gfx1100 only
+    # the 16-row tile stays out of scratch in every layout (the 32-row one spills 88 B in g32 asym, the 64-row
+    # ones 60-164 B), so every class is that tile there
+    "cdna": {"rows16_regs": "rows16", "rows32": "narrow32", "rows256": "rows64"},
+    "rdna3": {name: "rows16" for name in ("rows16_regs", "rows32", "narrow32", "rows64", "rows64_n128", "rows256")},
+}
+AMD_LAUNCH: dict[str, dict[str, Any]] = {
+    # Triton's AMD pipeliner at 2 stages prefetches the words into registers and the activations through LDS
+    # (gfx942 TTGIR); the dequantized tile reaches the MFMA from registers (no LDS for it)
+    "cdna": {"num_stages": 2, "matrix_instr_nonkdim": 16, "kpack": 1},
+    "rdna3": {"num_stages": 2},
+}
+
+
+def amd_config(cfg: dict[str, Any], family: str) -> dict[str, Any]:
+    """`cfg` (an entry of `PIPELINED_CONFIGS`, as `AMD_CLASSES` maps it) as an AMD `family` runs it: plain word
+    loads, the portable fp16 dequantization, one K tile per step, `AMD_LAUNCH`'s options."""
+    out = {key: v for key, v in cfg.items() if key != "UNROLL"}
+    out.update(PTX_LOADS=False, PTX_DEQ=False, **AMD_LAUNCH[family])
+    return out
+
+
+def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
+                     family: str = "hopper") -> dict[str, Any]:
     """The config for `m` rows times a `k` x `n` weight; `chunks`: scale groups per 128-row tile; `half`: fp16
-    activations.
+    activations; `family`: the arch family (`_w4a16_gemm_triton.family`; an AMD one takes its `AMD_CLASSES`
+    twin of the class below through `amd_config`, any other the class itself).
 
     - Up to 16 rows: 16-row tiles; fp16 stages the words through shared memory (``rows16``: 1.00-1.24x on the
       Llama projections, RESULTS.md round16) except on a weight of at most `w4a16.PIPELINED_MIN_WEIGHT` elements
@@ -299,7 +371,11 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True)
         name = "rows64"
     else:
         name = "rows64_n128" if n >= WIDE_TILE_N or m > 128 else "rows64"
-    return dict(PIPELINED_CONFIGS[name]) if half else float32_config(PIPELINED_CONFIGS[name])
+    amd = family in AMD_CLASSES
+    if amd:
+        name = AMD_CLASSES[family].get(name, name)
+    cfg = dict(PIPELINED_CONFIGS[name]) if half else float32_config(PIPELINED_CONFIGS[name])
+    return amd_config(cfg, family) if amd else cfg
 
 
 def float32_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -309,11 +385,15 @@ def float32_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def pipelined_eligible(arch: str, w: "W4A16Weight") -> bool:
-    """Whether the dispatcher may send `w` here: an NVIDIA target (inline PTX) and a 4-bit kernel-ready
-    weight. `arch` is "cpu" under the interpreter (`w4a16_matmul` sets it): the dispatcher never picks
-    this kernel there, but a forced ``route="pipelined"`` runs it with plain loads (tests)."""
-    return not arch.startswith("gfx") and arch != "cpu" and w.bits == 4 and w.kernel_ready
+def pipelined_eligible(arch: str, w: "W4A16Weight", dtype: Optional[torch.dtype] = None) -> bool:
+    """Whether the dispatcher may send `w` with activations of `dtype` (None: any) here: a 4-bit kernel-ready
+    weight on a GPU; on AMD fp16 activations only (the portable fp16 dequantization: 1.21-1.78x the float32
+    form on an H100, which bf16 would run, and that form measured at parity with the fused GEMM; RESULTS.md
+    round18). `arch` is "cpu" under the interpreter (`w4a16_matmul` sets it): the dispatcher never picks this
+    kernel there, but a forced ``route="pipelined"`` runs it with plain loads (tests)."""
+    if arch == "cpu" or w.bits != 4 or not w.kernel_ready:
+        return False
+    return not arch.startswith("gfx") or dtype in (None, torch.float16)
 
 
 def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str,
@@ -326,14 +406,14 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     if accumulate_into is not None and (bias is not None or accumulate_into.dtype != torch.float32
                                         or not accumulate_into.is_contiguous()):
         raise ValueError("accumulate_into takes a contiguous float32 accumulator and no bias")
-    if not (pipelined_eligible(arch, w) or (arch == "cpu" and w.bits == 4 and w.kernel_ready)):
-        raise ValueError("the pipelined W4A16 GEMM needs an NVIDIA GPU (or the interpreter) and a 4-bit "
-                         "kernel-ready weight")
+    if w.bits != 4 or not w.kernel_ready:
+        raise ValueError("the pipelined W4A16 GEMM needs a 4-bit kernel-ready weight")
     m = x2.shape[0]
     k, n = w.in_features, w.out_features
     gs = _group_arg(w)
     half = x2.dtype == torch.float16
-    cfg = dict(config or pipelined_config(m, k, n, _chunks(gs), half))
+    nvidia = not arch.startswith("gfx") and arch != "cpu"  # inline PTX (word loads, fp16 dequantization) there only
+    cfg = dict(config or pipelined_config(m, k, n, _chunks(gs), half, family(arch)))
     cfg.setdefault("within_waves", True)  # this kernel's split rule (see `split_k`)
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if TILE % block_n:
@@ -355,8 +435,53 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         m, n, k, w.k_tiles, x_src.stride(0), out.stride(0), per, E7_BITS,
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=block_n, GROUP_M=cfg.get("GROUP_M", 8),
         SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
-        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=arch != "cpu" and bool(cfg.get("PTX_LOADS", True)),
-        HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and arch != "cpu" and half, UNROLL=int(cfg.get("UNROLL", 1)),
-        ACCUM=accumulate, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=nvidia and bool(cfg.get("PTX_LOADS", True)),
+        HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and half, UNROLL=int(cfg.get("UNROLL", 1)), ACCUM=accumulate,
+        PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)), **launch_options(cfg, arch),
     )
     return out
+
+
+# ---------------------------------------------------------------- AMD compile specs
+
+_AMD_CLASS_ARCHS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # family -> (its compile targets, the classes it runs: `AMD_CLASSES`' images of every Hopper class)
+    "cdna": (("gfx90a", "gfx942", "gfx950"), ("rows16", "narrow32", "rows64", "rows64_n128")),
+    "rdna3": (("gfx1100",), ("rows16",)),
+}
+
+
+def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool) -> CompileSpec:
+    """One AMD class of fp16 activations (the dispatcher sends AMD fp16 only, `pipelined_eligible`) in one
+    layout; act-order weights reach the kernel with x already gathered, so g32 asym stands for them."""
+    archs, _ = _AMD_CLASS_ARCHS[family_name]
+    cfg = amd_config(dict(PIPELINED_CONFIGS[cls]), family_name)
+    sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
+           "out_ptr": "*fp32" if accum else "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
+           "K": "i32", "KT": "i32", "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
+    cons = {"GROUP_SIZE": group, "CHUNKS": _chunks(group), "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
+            "GROUP_M": 8, "SPLIT": 2, "HAS_ZEROS": zeros, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True,
+            "PTX_LOADS": False, "HALF_DEQ": True, "UNROLL": 1, "ACCUM": accum, "PTX_DEQ": False}
+    sig.update({c: "constexpr" for c in cons})
+    tag = ("asym" if zeros else "sym") + (",accum" if accum else "") + (",rdna3" if family_name == "rdna3" else "")
+    return CompileSpec(
+        name=f"w4a16_pipelined[{cls}:{cfg['BLOCK_M']}x{cfg['BLOCK_N']},g{group},{tag}]",
+        kernel=_w4a16_pipelined_kernel,
+        signature=sig,
+        constexprs=cons,
+        options=lambda arch, cfg=cfg: launch_options(cfg, arch),
+        hot=True,
+        uses_dot=True,
+        archs=archs,
+        divisible_by_16=("N", "K", "stride_xm", "stride_om"),
+    )
+
+
+AMD_COMPILE_SPECS: list[CompileSpec] = [
+    _amd_spec(fam, cls, group, zeros, False)
+    for fam, (_, classes) in _AMD_CLASS_ARCHS.items()
+    for cls in classes
+    for group, zeros in ((128, False), (32, True))
+] + [_amd_spec(fam, "rows16", 128, False, True) for fam in _AMD_CLASS_ARCHS]
+"""Every class an AMD family runs, g128 sym and g32 asym (act-order), and the 16-row class into a decode step's
+float32 accumulator (`w4a16.w4a16_accumulate`)."""
