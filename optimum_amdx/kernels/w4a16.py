@@ -558,8 +558,8 @@ it saves (H100 decode step, GPTQ batch 64: Llama-3-8B 6.417 -> 6.452 ms, Llama-2
 def accumulating_route(x: "torch.Tensor", w: W4A16Weight) -> Optional[str]:
     """The route of `ACCUMULATING_ROUTES` that `w4a16_accumulate` would take for `x` (``[M, K]``, fp16/bf16, at
     most `ACCUMULATE_MAX_ROWS` rows) times `w`, or None: the Triton kernels run here and the dispatcher
-    sends M rows to an accumulating route (on NVIDIA 1-16 rows, but 2-3 rows of act-order weights, which take the
-    few-row kernel)."""
+    sends M rows to an accumulating route (1-16 rows, but on NVIDIA not 2-3 rows of act-order weights, which take
+    the few-row kernel, and on AMD not 2-16 rows of bf16, which take the fused GEMM)."""
     import torch
 
     from .runtime import kernel_arch
