@@ -164,15 +164,9 @@ def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
     two to a register (sm_90 PTX: as many ``f16x2`` operations as `_planes`; gfx942: 72 ``v_pk_*``), with the
     same result bit for bit."""
     s0, zl0, zh0 = _group_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
-    if CHUNKS == 1:
-        if PTX:
-            w0, w1 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_0)
-            w2, w3 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_1)
-            w4, w5 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_2)
-            w6, w7 = _planes(packed, s0, s0, zl0, zh0, _PLANES_ASM_3)
-        else:
-            w0, w1, w2, w3, w4, w5, w6, w7 = _planes_portable(packed, s0, s0, s0, s0, s0, s0, s0, s0, zl0, zh0, zl0,
-                                                              zh0, zl0, zh0, zl0, zh0)
+    if CHUNKS == 1:  # one group for all eight planes
+        s1, zh1, s2, zl2, s3, zh3, s4, zl4, s5, zh5, s6, zl6, s7, zh7 = (s0, zh0, s0, zl0, s0, zh0, s0, zl0, s0, zh0,
+                                                                         s0, zl0, s0, zh0)
     else:  # plane j holds rows k0 + 16j ..: CHUNKS groups per tile, each group read once
         s4, zl4, zh4 = _group_h(s_ptr, z_ptr, k0 + 64, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
         if CHUNKS >= 4:
@@ -191,14 +185,14 @@ def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
             s3, zl3, zh3 = s2, zl2, zh2
             s5, zl5, zh5 = s4, zl4, zh4
             s7, zl7, zh7 = s6, zl6, zh6
-        if PTX:
-            w0, w1 = _planes(packed, s0, s1, zl0, zh1, _PLANES_ASM_0)
-            w2, w3 = _planes(packed, s2, s3, zl2, zh3, _PLANES_ASM_1)
-            w4, w5 = _planes(packed, s4, s5, zl4, zh5, _PLANES_ASM_2)
-            w6, w7 = _planes(packed, s6, s7, zl6, zh7, _PLANES_ASM_3)
-        else:
-            w0, w1, w2, w3, w4, w5, w6, w7 = _planes_portable(packed, s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2,
-                                                              zh3, zl4, zh5, zl6, zh7)
+    if PTX:
+        w0, w1 = _planes(packed, s0, s1, zl0, zh1, _PLANES_ASM_0)
+        w2, w3 = _planes(packed, s2, s3, zl2, zh3, _PLANES_ASM_1)
+        w4, w5 = _planes(packed, s4, s5, zl4, zh5, _PLANES_ASM_2)
+        w6, w7 = _planes(packed, s6, s7, zl6, zh7, _PLANES_ASM_3)
+    else:
+        w0, w1, w2, w3, w4, w5, w6, w7 = _planes_portable(packed, s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2, zh3,
+                                                          zl4, zh5, zl6, zh7)
     # [BLOCK_N, 16, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c; then position = plane * 16 + r
     wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
     return tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
