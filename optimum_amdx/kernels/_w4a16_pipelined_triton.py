@@ -277,7 +277,7 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # tiles and launch options by the call's class (`pipelined_config`), from the H100 sweeps (RESULTS.md,
     # sections w4pipe, w4half, round16 and round17). K splits (`_w4a16_gemm_triton.split_k`, always
     # ``within_waves`` here): the most that keep (tiles x splits) within "waves" programs per SM, at least
-    # "min_k_tiles" K tiles per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_planes`);
+    # "min_k_tiles" K tiles per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_dequant_tile_h`);
     # UNROLL: K tiles per loop step (2: one K = 256 dot; 127 registers on sm_90, so at most 4 programs of 4
     # warps per SM, hence "waves" <= 4 with it). PTX_LOADS=False: the words are plain loads, which Triton's
     # pipeliner stages through shared memory with the activations (``cp.async``, num_stages buffers) and reads

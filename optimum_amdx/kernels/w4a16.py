@@ -460,7 +460,7 @@ reused by every row) where it applies and `dispatch_route` asks for it (act-orde
 ``pipelined_min`` to ``pipelined_max_wide`` rows for an output at least `WIDE_N` wide
 (``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16 activations;
 ``pipelined_max_small`` for a weight of exactly `PIPELINED_MIN_WEIGHT` elements) the pipelined fused GEMM
-(`_w4a16_pipelined_triton`: NVIDIA, a weight of at least `PIPELINED_MIN_WEIGHT` elements); a weight with one
+(`_w4a16_pipelined_triton`: a weight of at least `PIPELINED_MIN_WEIGHT` elements; on AMD fp16 only); a weight with one
 scale group per 128-row tile (group 128 or coarser) keeps it to ``pipelined_max_prefill`` rows in fp16 when its
 output is wide or its input longer than `LONG_K`, and to ``pipelined_max_long_k_bf16`` rows in bf16 on a narrow
 output with such an input; up to
@@ -488,8 +488,8 @@ NVIDIA values for the portable kernels until measured there, and have no few-row
 the pipelined GEMM in its portable form (plain word loads, the fp16 dequantization in Triton's own operations,
 2 stages; fp16 activations only): on an H100 that form of CDNA's classes (up to 64-row tiles) took 1.19-1.99x
 less time than the fused GEMM at 2-128 rows on the Llama projections (act-order g32 at 128 rows 0.95x), and
-1.00-1.18x less than dequant + BLAS at 256 rows in g128 (act-order g32 0.75-0.87x); at 64 rows and less it was
-0.99-1.06x on 4096x4096 from 32 rows. gfx1100 keeps the 16-row tile (the only one without scratch there in every
+1.00-1.18x less than dequant + BLAS at 256 rows in g128 (act-order g32 0.75-0.87x); on 4096x4096 it was
+0.99-1.06x at 32-64 rows. gfx1100 keeps the 16-row tile (the only one without scratch there in every
 layout), which won 1.29-1.99x up to 16 rows. Hence CDNA to 128 rows (one group per tile, wide or long-input:
 256), 4096x4096 to 32, gfx1100 to 16 (RESULTS.md round18). The interpreter ("cpu") never takes the dequant route
 on its own (that would test the BLAS, not our kernels)."""
@@ -529,7 +529,7 @@ def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = 
 def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> str:
     """The route `w4a16_matmul` takes for `m` rows of `dtype` activations times `w` on `arch` (a
     `runtime.device_arch` string; "cpu" for the interpreter): `choose_route` with the weight's shape
-    and which NVIDIA-only kernels can serve it."""
+    and which kernels can serve it (the few-row kernel is NVIDIA-only, and AMD sends bf16 past the pipelined one)."""
     import torch
 
     from . import _w4a16_pipelined_triton as kp
