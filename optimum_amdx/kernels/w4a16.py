@@ -488,8 +488,8 @@ NVIDIA values for the portable kernels until measured there, and have no few-row
 the pipelined GEMM in its portable form (plain word loads, the fp16 dequantization in Triton's own operations,
 2 stages; fp16 activations only): on an H100 that form of CDNA's classes (up to 64-row tiles) ran 1.06-1.99x as
 fast as AMD's previous route (the fused GEMM, or dequant + BLAS) at 2-128 rows on the Llama projections (act-order
-g32 at 128 rows 0.95x), and 1.00-1.18x as fast as dequant + BLAS at 256 rows in g128 (act-order g32 0.75-0.87x); on 4096x4096 it was
-0.99-1.06x at 32-64 rows. gfx1100 keeps the 16-row tile (the only one without scratch there in every
+g32 at 128 rows 0.95x), and 1.00-1.18x as fast as dequant + BLAS at 256 rows in g128 (act-order g32 0.75-0.87x);
+on 4096x4096 it was 0.99-1.06x at 32-64 rows. gfx1100 keeps the 16-row tile (the only one without scratch there in every
 layout), which won 1.29-1.99x up to 16 rows. Hence CDNA to 128 rows (one group per tile, wide or long-input:
 256), 4096x4096 to 32, gfx1100 to 16 (RESULTS.md round18). The interpreter ("cpu") never takes the dequant route
 on its own (that would test the BLAS, not our kernels)."""
