@@ -438,24 +438,26 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
 
 # ---------------------------------------------------------------- AMD compile specs
 
-_AMD_CLASS_ARCHS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # family -> (its compile targets, the classes it runs: `AMD_CLASSES`' images of every Hopper class)
-    "cdna": (("gfx90a", "gfx942", "gfx950"), ("rows16", "narrow32", "rows64", "rows64_n128")),
-    "rdna3": (("gfx1100",), ("rows16",)),
-}
+_AMD_TARGETS: dict[str, tuple[str, ...]] = {"cdna": ("gfx90a", "gfx942", "gfx950"), "rdna3": ("gfx1100",)}
+"""The compile targets of each family in `AMD_CLASSES`."""
+
+
+def _amd_classes(family_name: str) -> list[str]:
+    """The classes `family_name` can launch: `AMD_CLASSES`' images of every Hopper class."""
+    return sorted({AMD_CLASSES[family_name].get(name, name) for name in PIPELINED_CONFIGS})
 
 
 def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool) -> CompileSpec:
     """One AMD class of fp16 activations (the dispatcher sends AMD fp16 only, `pipelined_eligible`) in one
     layout; act-order weights reach the kernel with x already gathered, so g32 asym stands for them."""
-    archs, _ = _AMD_CLASS_ARCHS[family_name]
     cfg = amd_config(dict(PIPELINED_CONFIGS[cls]), family_name)
     sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
            "out_ptr": "*fp32" if accum else "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
            "K": "i32", "KT": "i32", "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
     cons = {"GROUP_SIZE": group, "CHUNKS": _chunks(group), "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
             "GROUP_M": 8, "SPLIT": 2, "HAS_ZEROS": zeros, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True,
-            "PTX_LOADS": False, "HALF_DEQ": True, "UNROLL": 1, "ACCUM": accum, "PTX_DEQ": False}
+            "PTX_LOADS": cfg["PTX_LOADS"], "HALF_DEQ": cfg["HALF_DEQ"], "UNROLL": 1, "ACCUM": accum,
+            "PTX_DEQ": cfg["PTX_DEQ"]}
     sig.update({c: "constexpr" for c in cons})
     tag = ("asym" if zeros else "sym") + (",accum" if accum else "") + (",rdna3" if family_name == "rdna3" else "")
     return CompileSpec(
@@ -466,16 +468,16 @@ def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool) 
         options=lambda arch, cfg=cfg: launch_options(cfg, arch),
         hot=True,
         uses_dot=True,
-        archs=archs,
+        archs=_AMD_TARGETS[family_name],
         divisible_by_16=("N", "K", "stride_xm", "stride_om"),
     )
 
 
 AMD_COMPILE_SPECS: list[CompileSpec] = [
     _amd_spec(fam, cls, group, zeros, False)
-    for fam, (_, classes) in _AMD_CLASS_ARCHS.items()
-    for cls in classes
+    for fam in AMD_CLASSES
+    for cls in _amd_classes(fam)
     for group, zeros in ((128, False), (32, True))
-] + [_amd_spec(fam, "rows16", 128, False, True) for fam in _AMD_CLASS_ARCHS]
+] + [_amd_spec(fam, "rows16", 128, False, True) for fam in AMD_CLASSES]
 """Every class an AMD family runs, g128 sym and g32 asym (act-order), and the 16-row class into a decode step's
 float32 accumulator (`w4a16.w4a16_accumulate`)."""
