@@ -62,6 +62,7 @@ VARIANTS: dict[str, DecodeFusions] = {
     "+act_gemm": _variant(skinny_gemm=True, act_gemm=True),
     "+norm_gemm": _variant(skinny_gemm=True, norm_gemm=True),
     "-accumulate": _variant(skinny_gemm=True, accumulate=False),  # the shipped set less W4A16 accumulators
+    "-paired": _variant(skinny_gemm=True, paired=False),  # less the one-row W4A16 inputs in pair order
 }
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}

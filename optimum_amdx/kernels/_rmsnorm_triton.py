@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._pairs import pair_halves, pair_join, pair_source
 from ._pdl import pdl_begin
 from .compile_spec import CompileSpec
 from .runtime import pdl_for
@@ -21,15 +22,65 @@ __all__ = ["rms_norm_triton", "AMD_COMPILE_SPECS"]
 
 
 @triton.jit
+def _rms_norm_paired(x_ptr, res_ptr, w_ptr, y_ptr, h_ptr, n_cols, eps, HAS_RESIDUAL: tl.constexpr,
+                     BLOCK: tl.constexpr, ACCUM: tl.constexpr):
+    """One row (pointers at its start) with the normalized output in the W4A16 pair order and no permutation:
+    the row is read as the two halves of each 128-value block (`pair_halves`) and the results interleaved in
+    registers (`pair_join`), with the rounding of the kernel's plain path."""
+    NB: tl.constexpr = BLOCK // 128
+    c0 = pair_halves(0, NB)
+    c1 = c0 + 64
+    m0 = c0 < n_cols
+    m1 = c1 < n_cols
+    x0 = tl.load(x_ptr + c0, mask=m0, other=0.0)
+    x1 = tl.load(x_ptr + c1, mask=m1, other=0.0)
+    if HAS_RESIDUAL:
+        r0 = tl.load(res_ptr + c0, mask=m0, other=0.0)
+        r1 = tl.load(res_ptr + c1, mask=m1, other=0.0)
+    w0 = tl.load(w_ptr + c0, mask=m0, other=0.0)
+    w1 = tl.load(w_ptr + c1, mask=m1, other=0.0)
+    if ACCUM:
+        in_ty = h_ptr.dtype.element_ty
+        x0 = x0.to(in_ty)
+        x1 = x1.to(in_ty)
+    else:
+        in_ty = x0.dtype
+    f0 = x0.to(tl.float32)
+    f1 = x1.to(tl.float32)
+    if HAS_RESIDUAL:
+        h0 = (f0 + r0.to(tl.float32)).to(in_ty)
+        h1 = (f1 + r1.to(tl.float32)).to(in_ty)
+        tl.store(h_ptr + c0, h0, mask=m0)
+        tl.store(h_ptr + c1, h1, mask=m1)
+        f0 = h0.to(tl.float32)
+        f1 = h1.to(tl.float32)
+    var = (tl.sum(tl.sum(f0 * f0, axis=1), axis=0) + tl.sum(tl.sum(f1 * f1, axis=1), axis=0)) / n_cols
+    rstd = tl.math.rsqrt(var + eps)
+    out_ty = y_ptr.dtype.element_ty
+    y0 = w0.to(out_ty).to(tl.float32) * (f0 * rstd).to(in_ty).to(out_ty).to(tl.float32)
+    y1 = w1.to(out_ty).to(tl.float32) * (f1 * rstd).to(in_ty).to(out_ty).to(tl.float32)
+    pos = tl.arange(0, BLOCK)
+    tl.store(y_ptr + pos, pair_join(y0.to(out_ty), y1.to(out_ty), NB), mask=pos < n_cols)
+    if ACCUM:  # leave the accumulator zeroed (after every thread's reads of the row)
+        tl.debug_barrier()
+        tl.store(x_ptr + c0, tl.zeros([NB, 64], dtype=tl.float32), mask=m0)
+        tl.store(x_ptr + c1, tl.zeros([NB, 64], dtype=tl.float32), mask=m1)
+
+
+@triton.jit
 def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, y_ptr, h_ptr, perm_ptr,
     n_cols, x_stride, res_stride, y_stride, h_stride, eps,
     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, HAS_PERM: tl.constexpr = False,
-    PDL: tl.constexpr = False, ACCUM: tl.constexpr = False,
+    PDL: tl.constexpr = False, ACCUM: tl.constexpr = False, PAIRED: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
         pdl_begin()
     row = tl.program_id(0).to(tl.int64)
+    if PAIRED and not HAS_PERM:
+        _rms_norm_paired(x_ptr + row * x_stride, res_ptr + row * res_stride, w_ptr, y_ptr + row * y_stride,
+                         h_ptr + row * h_stride, n_cols, eps, HAS_RESIDUAL, BLOCK, ACCUM)
+        return
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     # Every global load is issued before the row's reduction: loads after it would wait behind its
@@ -37,11 +88,20 @@ def _rms_norm_kernel(
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
-    if HAS_PERM:
-        # y[j] is the normalized input column perm[j]: the row is read a second time, through perm, and
-        # h re-formed there, so h is still written in order (a store through perm would cost the
-        # compiler a shared-memory layout change of the whole row)
-        src = tl.load(perm_ptr + cols, mask=mask, other=0)
+    GATHER: tl.constexpr = HAS_PERM or PAIRED
+    if GATHER:
+        # y[j] is the normalized input column perm[j] (with PAIRED, position j of the W4A16 pair order is
+        # perm[pair_source(j)]): the row is read a second time, from there, and h re-formed there, so h
+        # is still written in order (a store through perm would cost the compiler a shared-memory layout
+        # change of the whole row)
+        if PAIRED:
+            pos = pair_source(cols)
+        else:
+            pos = cols
+        if HAS_PERM:
+            src = tl.load(perm_ptr + pos, mask=mask, other=0)
+        else:
+            src = pos
         xg = tl.load(x_ptr + row * x_stride + src, mask=mask, other=0.0)
         if HAS_RESIDUAL:
             rg = tl.load(res_ptr + row * res_stride + src, mask=mask, other=0.0)
@@ -53,7 +113,7 @@ def _rms_norm_kernel(
     if ACCUM:  # x is a float32 W4A16 accumulator: round it as the matmul's own store would have
         in_ty = h_ptr.dtype.element_ty
         x = x.to(in_ty)
-        if HAS_PERM:
+        if GATHER:
             xg = xg.to(in_ty)
     else:
         in_ty = x.dtype
@@ -63,7 +123,7 @@ def _rms_norm_kernel(
         tl.store(h_ptr + row * h_stride + cols, h, mask=mask)
         xf = h.to(tl.float32)
     var = tl.sum(xf * xf, axis=0) / n_cols
-    if HAS_PERM:
+    if GATHER:
         xf = xg.to(tl.float32)
         if HAS_RESIDUAL:
             xf = (xf + rg.to(tl.float32)).to(in_ty).to(tl.float32)
@@ -83,10 +143,11 @@ def _num_warps(block: int) -> int:
 
 def rms_norm_triton(
     x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor] = None,
-    perm: Optional[torch.Tensor] = None, accumulated: bool = False,
+    perm: Optional[torch.Tensor] = None, accumulated: bool = False, paired: bool = False,
 ) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Launch the kernel on inputs the front has validated (GPU tensors or the interpreter). `accumulated`:
-    x is a contiguous float32 W4A16 accumulator, read in the residual's dtype and left zeroed."""
+    x is a contiguous float32 W4A16 accumulator, read in the residual's dtype and left zeroed. `paired`: the
+    output in the W4A16 pair order (`_pairs`), after `perm` when both are given."""
     hidden = x.shape[-1]
     x2 = x.reshape(-1, hidden)
     if x2.stride(-1) != 1:
@@ -108,7 +169,7 @@ def rms_norm_triton(
         x2, r2, weight, y, h, perm if perm is not None else x2,
         hidden, x2.stride(0), r2.stride(0), y.stride(0), h.stride(0), eps,
         HAS_RESIDUAL=residual is not None, BLOCK=block, HAS_PERM=perm is not None, PDL=pdl, ACCUM=accumulated,
-        launch_pdl=pdl, num_warps=_num_warps(block), **PINNED_COMPILE_OPTIONS,
+        PAIRED=paired, launch_pdl=pdl, num_warps=_num_warps(block), **PINNED_COMPILE_OPTIONS,
     )
     y = y.reshape(x.shape)
     return y if residual is None else (y, h.reshape(x.shape))

@@ -981,14 +981,23 @@ def packed_route(cfg: dict[str, Any], arch: str, dtype: torch.dtype, chunks: int
             and chunks in (1, 2, 4))
 
 
+def one_row_packed(arch: str, dtype: torch.dtype, w: "W4A16Weight") -> bool:
+    """Whether one row of `dtype` on `w` takes the packed loop under `arch`'s shipped config (`packed_route`)."""
+    return packed_route(stream_config(arch, 1), arch, dtype, _chunks(_group_arg(w)))
+
+
 def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], out: torch.Tensor,
-                  arch: str, config: Optional[dict[str, Any]] = None, accumulate: bool = False) -> None:
+                  arch: str, config: Optional[dict[str, Any]] = None, accumulate: bool = False,
+                  paired: bool = False) -> None:
     """``out = x2 @ W (+ bias)`` for up to `WS_ROWS` rows through the stream-K kernel.
 
     accumulate: `out` is a zeroed, contiguous float32 ``[M, N]`` accumulator and receives the float32 sums
     (no bias): the kernel ends without the split-K flush (the ticket, the last sharer's read-back and the
     output store: 0.6-2.2 us a call on an H200, RESULTS.md round11), and whoever reads `out` next must
-    leave it zeroed (`w4a16.accumulator`)."""
+    leave it zeroed (`w4a16.accumulator`).
+
+    paired: the one row of `x2` is in the pair order (`w4a16.pair_order`), which the packed loop then reads as its
+    prepared pairs (no prepare launch, no byte permutes in the loop); the caller checked `w4a16.takes_pairs`."""
     m = x2.shape[0]
     k, n = w.in_features, w.out_features
     if accumulate and (bias is not None or out.dtype != torch.float32 or not out.is_contiguous()):
@@ -1010,9 +1019,13 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     packed = packed_route(cfg, arch, x2.dtype, chunks)
     lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
     pdl = not lookahead and pdl_for(x2, "w4a16", m)
-    xprep = packed and (lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
+    xprep = packed and (paired or lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
     xp = w.qweight
-    if xprep:
+    if paired:
+        if not packed or m != 1 or w.perm is not None or k % TILE_K:
+            raise ValueError("paired input takes one row on the packed loop, K a tile multiple, no permutation")
+        xp = x2.view(torch.int32)
+    elif xprep:
         xp = torch.empty(kt * 64, dtype=torch.int32, device=x2.device)
         _w4a16_xpack_kernel[(triton.cdiv(kt * 64, XPACK_BLOCK),)](
             x2, w.perm if w.perm is not None else w.qweight, xp, k, kt * 64, HAS_PERM=w.perm is not None,

@@ -30,12 +30,15 @@ def silu_and_mul_reference(gate_up: "torch.Tensor") -> "torch.Tensor":
     return torch.nn.functional.silu(gate) * up
 
 
-def silu_and_mul(gate_up: "torch.Tensor", accumulated_dtype: "torch.dtype | None" = None) -> "torch.Tensor":
+def silu_and_mul(gate_up: "torch.Tensor", accumulated_dtype: "torch.dtype | None" = None,
+                 paired: bool = False) -> "torch.Tensor":
     """``silu(gate_up[..., :I]) * gate_up[..., I:]`` as ``[..., I]``, one Triton kernel where Triton runs.
 
     accumulated_dtype: gate_up is a contiguous float32 accumulator of `w4a16.w4a16_accumulate`; it is read
     rounded to this dtype (as the matmul's own output would have been), the result comes out in it, and
     the accumulator is left zeroed for the next matmul (in the same kernel; the reference path afterwards).
+    paired: the result in the pair order of the W4A16 one-row kernel (`w4a16.pair_order`; I a multiple of 128),
+    for a down projection `w4a16_accumulate(..., paired=True)` that reads it next.
     """
     import torch
 
@@ -45,13 +48,21 @@ def silu_and_mul(gate_up: "torch.Tensor", accumulated_dtype: "torch.dtype | None
         )
     if accumulated_dtype is not None and (gate_up.dtype != torch.float32 or not gate_up.is_contiguous()):
         raise InvalidArgumentError("accumulated_dtype takes a contiguous float32 accumulator.")
+    if paired and (gate_up.shape[-1] // 2) % 128:
+        raise InvalidArgumentError(f"paired=True needs an intermediate size that is a multiple of 128; got "
+                                   f"{gate_up.shape[-1] // 2}.")
     if gate_up.numel() == 0 or gate_up.stride(-1) != 1 or not use_triton(gate_up):
         if accumulated_dtype is None:
-            return silu_and_mul_reference(gate_up)
-        out = silu_and_mul_reference(gate_up.to(accumulated_dtype))
-        gate_up.zero_()
+            out = silu_and_mul_reference(gate_up)
+        else:
+            out = silu_and_mul_reference(gate_up.to(accumulated_dtype))
+            gate_up.zero_()
+        if paired:
+            from .w4a16 import pair_order
+
+            out = out.index_select(-1, pair_order(out.shape[-1], out.device).long())
         return out
     from ._act_mul_triton import silu_and_mul_triton
 
     index = gate_up.device.index if gate_up.device.type == "cuda" and gate_up.device.index is not None else 0
-    return silu_and_mul_triton(gate_up, arch_family(device_arch(index)), accumulated_dtype)
+    return silu_and_mul_triton(gate_up, arch_family(device_arch(index)), accumulated_dtype, paired)

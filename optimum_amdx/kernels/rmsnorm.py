@@ -6,7 +6,9 @@ by ``rsqrt(mean(x**2) + eps)``, cast back to the input dtype, then multiplied by
 the input dtype first (as the decoder layer does) and both ``rms_norm(h)`` and ``h`` are returned.
 With `perm`, the normalized output comes out in that column order (``out[..., j] = norm(h)[..., perm[j]]``)
 while ``h`` keeps the natural order: the gather an act-order GPTQ projection would otherwise make of its
-input in a launch of its own happens here, in the same pass (`modeling.paged_model`).
+input in a launch of its own happens here, in the same pass (`modeling.paged_model`). With `paired`, the
+output comes out in the pair order of the W4A16 one-row kernel (`w4a16.pair_order`), which then reads it
+as plain words.
 """
 
 from __future__ import annotations
@@ -41,10 +43,13 @@ def rms_norm_reference(
 
 def rms_norm(
     x: "torch.Tensor", weight: "torch.Tensor", eps: float, residual: Optional["torch.Tensor"] = None,
-    perm: Optional["torch.Tensor"] = None, accumulated: bool = False,
+    perm: Optional["torch.Tensor"] = None, accumulated: bool = False, paired: bool = False,
 ) -> Union["torch.Tensor", tuple["torch.Tensor", "torch.Tensor"]]:
     """RMSNorm over the last dim of ``x [..., hidden]``; with `residual`, returns ``(norm(x + r), x + r)``;
     with `perm` (integer ``[hidden]``, a permutation), the normalized output's columns in that order.
+
+    paired: the normalized output (after `perm`) in the W4A16 pair order (`w4a16.pair_order`; hidden a
+    multiple of 128), for a `w4a16_accumulate(..., paired=True)` that reads it next.
 
     accumulated: x is a float32 accumulator of `w4a16.w4a16_accumulate` (a residual is required): it is
     read rounded to the residual's dtype, as the matmul's own output would have been, and left zeroed
@@ -52,13 +57,15 @@ def rms_norm(
 
     Runs the Triton kernel when `use_triton` holds for the inputs, else `rms_norm_reference`.
     """
+    if paired and x.shape[-1] % 128:
+        raise InvalidArgumentError(f"paired=True needs a hidden size that is a multiple of 128; got {x.shape[-1]}.")
     if accumulated:
         import torch
 
         if residual is None or x.dtype != torch.float32 or not x.is_contiguous():
             raise InvalidArgumentError("accumulated=True takes a contiguous float32 accumulator and a residual.")
         if not use_triton(x, weight, residual) or x.numel() == 0:
-            out = rms_norm_reference(x.to(residual.dtype), weight, eps, residual, perm)
+            out = _paired(rms_norm_reference(x.to(residual.dtype), weight, eps, residual, perm), paired)
             x.zero_()
             return out
     hidden = x.shape[-1]
@@ -71,7 +78,19 @@ def rms_norm(
                                    f"{tuple(perm.shape)}.")
     tensors = (x, weight) if residual is None else (x, weight, residual)
     if not use_triton(*tensors) or x.numel() == 0:
-        return rms_norm_reference(x, weight, eps, residual, perm)
+        return _paired(rms_norm_reference(x, weight, eps, residual, perm), paired)
     from ._rmsnorm_triton import rms_norm_triton
 
-    return rms_norm_triton(x, weight, eps, residual, perm, accumulated)
+    return rms_norm_triton(x, weight, eps, residual, perm, accumulated, paired)
+
+
+def _paired(out: Union["torch.Tensor", tuple["torch.Tensor", "torch.Tensor"]],
+            paired: bool) -> Union["torch.Tensor", tuple["torch.Tensor", "torch.Tensor"]]:
+    """A reference result with its normalized output put in the W4A16 pair order when `paired`."""
+    if not paired:
+        return out
+    from .w4a16 import pair_order
+
+    y, h = (out, None) if not isinstance(out, tuple) else out
+    y = y.index_select(-1, pair_order(y.shape[-1], y.device).long())
+    return y if h is None else (y, h)

@@ -45,6 +45,8 @@ __all__ = [
     "accumulator",
     "ACCUMULATE_MAX_ROWS",
     "w4a16_accumulate",
+    "pair_order",
+    "takes_pairs",
     "choose_route",
     "dispatch_route",
     "STREAM_MAX_M",
@@ -595,12 +597,59 @@ def accumulator(device: "torch.device", n: int, rows: int) -> "torch.Tensor":
     return buf[:rows]
 
 
+_PAIR_ORDERS: dict[tuple[Any, int], "torch.Tensor"] = {}
+
+
+def pair_order(k: int, device: "torch.device") -> "torch.Tensor":
+    """The pair order of a one-row W4A16 input of `k` values (a multiple of `TILE_K`) as int32 ``[k]``: position p
+    holds plain column ``pair_order(k)[p]`` (in each 128-value block, its two halves interleaved; see
+    `_pairs`). ``x[..., pair_order(k)]``, viewed as int32 words, is what the one-row kernel's packed loop
+    multiplies: word i holds rows ``r`` and ``r + 64`` of K tile ``i // 64`` (``r = i % 64``). Kept per device
+    and k (built once, before any graph capture reads it)."""
+    import torch
+
+    if k % TILE_K:
+        raise InvalidArgumentError(f"the pair order needs a length that is a multiple of {TILE_K}; got {k}")
+    key = (torch.device(device), k)
+    order = _PAIR_ORDERS.get(key)
+    if order is None:
+        pos = torch.arange(k)
+        local = pos % TILE_K
+        order = (pos - local + local // 2 + (local % 2) * (TILE_K // 2)).to(torch.int32)
+        with torch.inference_mode(False):
+            order = _PAIR_ORDERS[key] = order.to(device)
+    return order
+
+
+def takes_pairs(rows: int, dtype: "torch.dtype", w: W4A16Weight) -> bool:
+    """Whether `w4a16_accumulate(x, w, acc, paired=True)` serves an `x` of `rows` rows of `dtype`: one fp16 row on
+    the stream kernel's packed loop (NVIDIA), no permutation in the weight (an act-order layer's producer gathers
+    its input already, `perm=` of `rms_norm`) and K a multiple of `TILE_K`. A producer then writes x in
+    `pair_order` (`rms_norm(..., paired=True)`, `silu_and_mul(..., paired=True)`), and the matmul loads its
+    activation pairs as plain words: on an H100 0.3-0.9 us less per call on the Llama decode shapes, the same on
+    4096x4096 (RESULTS.md round 19)."""
+    import torch
+
+    from .runtime import kernel_arch
+
+    if (rows != 1 or dtype != torch.float16 or w.perm is not None or w.in_features % TILE_K or not w.kernel_ready
+            or not use_triton(w.qweight)):
+        return False
+    arch = kernel_arch(w.qweight)
+    if arch == "cpu":  # the interpreter runs the float32 loop (and the kernel module is imported only to run one)
+        return False
+    from . import _w4a16_triton as kt
+
+    return dispatch_route(1, w, dtype, arch) == "stream" and kt.one_row_packed(arch, dtype, w)
+
+
 def w4a16_accumulate(x: "torch.Tensor", w: W4A16Weight, acc: "torch.Tensor",
-                     route: Optional[str] = None) -> "torch.Tensor":
+                     route: Optional[str] = None, paired: bool = False) -> "torch.Tensor":
     """``acc += x @ W`` in float32, for a zeroed `acc` (`accumulator`) and an `x` that `accumulating_route` takes;
     returns `acc`. The kernel then ends without its split-K flush: no ticket, no read-back by the last
     sharer of a tile, no output store (RESULTS.md round 13). No bias (the decoder only asks without one).
-    `route`: what `accumulating_route` already returned for these operands (skips the second lookup)."""
+    `route`: what `accumulating_route` already returned for these operands (skips the second lookup).
+    `paired`: x is in `pair_order` (only where `takes_pairs` holds)."""
     from . import _w4a16_triton as kt
     from .runtime import kernel_arch
 
@@ -610,10 +659,12 @@ def w4a16_accumulate(x: "torch.Tensor", w: W4A16Weight, acc: "torch.Tensor",
         raise InvalidArgumentError("w4a16_accumulate needs an accumulating route (check `accumulating_route` first)")
     if tuple(acc.shape) != (x.shape[0], w.out_features) or not acc.is_contiguous():
         raise InvalidArgumentError(f"accumulator shape {tuple(acc.shape)}; expected {(x.shape[0], w.out_features)}")
+    if paired and not takes_pairs(x.shape[0], x.dtype, w):
+        raise InvalidArgumentError("paired=True: this call does not take paired input (check `takes_pairs` first)")
     x2 = x if x.stride(-1) == 1 else x.contiguous()
     arch = kernel_arch(x)
     if route == "stream":
-        kt.stream_matmul(x2, w, None, acc, arch, accumulate=True)
+        kt.stream_matmul(x2, w, None, acc, arch, accumulate=True, paired=paired)
     else:
         from . import _w4a16_pipelined_triton as kp
 

@@ -199,6 +199,10 @@ class DecodeFusions:
         after it reads and zeroes (the rotary + cache write after q/k/v, the norm after o_proj and down,
         SiLU * up after gate/up): the matmul ends without its split-K flush (on an H100 1.1-3.3 us a call;
         benchmarks/RESULTS.md round 13). Not for q/k/v with a q/k norm (Qwen3) or without `rope_cache`.
+    paired: where such a projection takes one fp16 row on the W4A16 one-row kernel (`w4a16.takes_pairs`), the
+        kernel before it (the RMSNorm before q/k/v and gate/up, SiLU * up before down) writes its input in the
+        kernel's pair order, so the matmul loads its activation pairs as plain words (on an H100 0.3-0.9 us
+        less per call; benchmarks/RESULTS.md round 19).
     """
 
     rope_cache: bool = True
@@ -209,6 +213,7 @@ class DecodeFusions:
     norm_gemm: bool = False
     fused_reduce: bool = False
     accumulate: bool = True
+    paired: bool = True
 
 
 class _Accumulated(NamedTuple):
@@ -366,49 +371,97 @@ class PagedDecoder:
         residual.addmm_(a, module.weight.t())
         return True
 
-    def _accumulate(self, x: torch.Tensor, w, bias: torch.Tensor | None) -> _Accumulated | None:
+    def _accumulate(self, x: torch.Tensor, w, bias: torch.Tensor | None, paired: bool = False) -> _Accumulated | None:
         """``x @ W`` left in the shared float32 accumulator of W's N (`DecodeFusions.accumulate`), when the
         fusion is on, there is no bias and an accumulating W4A16 route takes `x`; else None. Its reader must be
-        the next kernel to touch that accumulator (`w4a16.accumulator`): see `_Accumulated`."""
+        the next kernel to touch that accumulator (`w4a16.accumulator`): see `_Accumulated`. `paired`: x is in the
+        W4A16 pair order (its producer was told so by `_pairs`, which promises this call runs)."""
         if not self.fusions.accumulate or w is None or bias is not None:
-            return None
-        from ..kernels.w4a16 import accumulating_route, accumulator, w4a16_accumulate
+            route = None
+        else:
+            from ..kernels.w4a16 import accumulating_route
 
-        route = accumulating_route(x, w)
+            route = accumulating_route(x, w)
         if route is None:
+            if paired:
+                raise RuntimeError("an input was written in the W4A16 pair order for a matmul that does not read it")
             return None
-        return _Accumulated(w4a16_accumulate(x, w, accumulator(x.device, w.out_features, x.shape[0]), route))
+        from ..kernels.w4a16 import accumulator, w4a16_accumulate
 
-    def _accumulate_module(self, module: nn.Module, x: torch.Tensor) -> _Accumulated | None:
-        """`_accumulate` for a 4-bit GPTQ linear module (`kernel_weight`), else None."""
-        if not callable(getattr(module, "kernel_weight", None)):
+        acc = accumulator(x.device, w.out_features, x.shape[0])
+        return _Accumulated(w4a16_accumulate(x, w, acc, route, paired=paired))
+
+    @staticmethod
+    def _kernel_weight(module: nn.Module | None):
+        """The ready W4A16 weight of a 4-bit GPTQ linear module (`kernel_weight`), else None."""
+        if module is None or not callable(getattr(module, "kernel_weight", None)):
             return None
         w = module.kernel_weight()
-        return self._accumulate(x, w, module.bias) if w.kernel_ready else None
+        return w if w.kernel_ready else None
+
+    def _accumulate_module(self, module: nn.Module, x: torch.Tensor, paired: bool = False) -> _Accumulated | None:
+        """`_accumulate` for a 4-bit GPTQ linear module (`kernel_weight`), else None."""
+        w = self._kernel_weight(module)
+        if w is None:
+            if paired:
+                raise RuntimeError("an input was written in the W4A16 pair order for a matmul that does not read it")
+            return None
+        return self._accumulate(x, w, module.bias, paired)
+
+    def _pairs(self, w, bias: torch.Tensor | None, rows: int, dtype: torch.dtype) -> bool:
+        """Whether an input of `rows` rows of `dtype` for weight `w` is written in the W4A16 pair order
+        (`DecodeFusions.paired`): only where `_accumulate` then runs it on the one-row kernel that reads it so."""
+        if not (self.fusions.paired and self.fusions.accumulate) or w is None or bias is not None:
+            return False
+        from ..kernels.w4a16 import takes_pairs
+
+        return takes_pairs(rows, dtype, w)
+
+    def _qkv_pairs(self, layer: _Layer, rows: int, dtype: torch.dtype) -> bool:
+        """`_pairs` for the q/k/v input (accumulated only when the rotary + cache kernel reads it, `_queries`)."""
+        return (self.fusions.rope_cache and layer.parts.q_norm is None
+                and self._pairs(layer.qkv.qweight, layer.qkv.qbias, rows, dtype))
+
+    def _gate_up_pairs(self, layer: _Layer, rows: int, dtype: torch.dtype) -> bool:
+        """`_pairs` for the gate/up input (accumulated only on the fused SiLU * up path of `_mlp`)."""
+        act_gemm = self.fusions.act_gemm and type(layer.down_proj) is nn.Linear  # skips the accumulated gate/up
+        return (layer.moe is None and self.fusions.silu_mul and layer.act_is_silu and not act_gemm
+                and self._pairs(layer.gate_up.qweight, layer.gate_up.qbias, rows, dtype))
+
+    def _down_pairs(self, layer: _Layer, rows: int, dtype: torch.dtype) -> bool:
+        """`_pairs` for the down projection's input, the weight `_apply_down` accumulates with."""
+        if layer.down_sorted is not None:
+            return self._pairs(layer.down_sorted, getattr(layer.down_proj, "bias", None), rows, dtype)
+        w = self._kernel_weight(layer.down_proj)
+        return w is not None and self._pairs(w, layer.down_proj.bias, rows, dtype)
 
     @staticmethod
     def _add_norm(h: torch.Tensor | _Accumulated | None, residual: torch.Tensor, weight: torch.Tensor, eps: float,
-                  perm: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  perm: torch.Tensor | None = None, paired: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(RMSNorm of h + residual, h + residual); h None: the last projection was already added into
-        `residual` (`_into_residual`), so only the norm runs; an `_Accumulated` h is read (and zeroed) there."""
+        `residual` (`_into_residual`), so only the norm runs; an `_Accumulated` h is read (and zeroed) there.
+        `paired`: the norm's output in the W4A16 pair order (`_pairs`)."""
         if h is None:
-            return rms_norm(residual, weight, eps, perm=perm), residual
+            return rms_norm(residual, weight, eps, perm=perm, paired=paired), residual
         if isinstance(h, _Accumulated):
-            return rms_norm(h.acc, weight, eps, residual=residual, perm=perm, accumulated=True)
-        return rms_norm(h, weight, eps, residual=residual, perm=perm)
+            return rms_norm(h.acc, weight, eps, residual=residual, perm=perm, accumulated=True, paired=paired)
+        return rms_norm(h, weight, eps, residual=residual, perm=perm, paired=paired)
 
-    def _mlp(self, layer: _Layer, x: torch.Tensor, linear,
-             residual: torch.Tensor | None = None) -> torch.Tensor | _Accumulated | None:
+    def _mlp(self, layer: _Layer, x: torch.Tensor, linear, residual: torch.Tensor | None = None,
+             paired: bool = False) -> torch.Tensor | _Accumulated | None:
         """The MLP of `x`; None when its down projection was added into `residual` (`_into_residual`); an
-        `_Accumulated` down projection (only when `residual` is given: its reader is the next norm)."""
+        `_Accumulated` down projection (only when `residual` is given: its reader is the next norm). `paired`: x
+        is in the W4A16 pair order (`_gate_up_pairs`)."""
         if layer.moe is not None:
             return layer.moe(x)
         proj = layer.gate_up
         if self.fusions.silu_mul and layer.act_is_silu:  # one pass of SiLU(gate) * up over the fused output
             act_gemm = self.fusions.act_gemm and linear is skinny_gemm and type(layer.down_proj) is nn.Linear
-            gate_up = None if act_gemm else self._accumulate(x, proj.qweight, proj.qbias)
+            gate_up = None if act_gemm else self._accumulate(x, proj.qweight, proj.qbias, paired)
             if gate_up is not None:
-                return self._apply_down(layer, silu_and_mul(gate_up.acc, accumulated_dtype=x.dtype), linear, residual)
+                pairs = residual is not None and self._down_pairs(layer, x.shape[0], x.dtype)
+                a = silu_and_mul(gate_up.acc, accumulated_dtype=x.dtype, paired=pairs)
+                return self._apply_down(layer, a, linear, residual, pairs)
             fused = proj.fused_output(x, linear)
             if fused is not None:
                 return self._down(layer, fused, linear, residual)
@@ -423,31 +476,33 @@ class PagedDecoder:
             return skinny_gemm(gate_up, down.weight, down.bias, act_mul=True)
         return self._apply_down(layer, silu_and_mul(gate_up), linear, residual)
 
-    def _apply_down(self, layer: _Layer, a: torch.Tensor, linear,
-                    residual: torch.Tensor | None = None) -> torch.Tensor | _Accumulated | None:
+    def _apply_down(self, layer: _Layer, a: torch.Tensor, linear, residual: torch.Tensor | None = None,
+                    paired: bool = False) -> torch.Tensor | _Accumulated | None:
         """The down projection of `a` = act(gate) * up. An fp16/bf16 `a` came from the fused gate/up
         weight (the only path for those dtypes when `down_sorted` exists), so it is already in the act-order
         down projection's sorted order and takes `down_sorted`; any other input takes the module, added
         into `residual` when given and `_into_residual` can (then None). With `residual` given the next
-        kernel is the norm that adds it, so a GPTQ down projection may stay `_Accumulated`."""
+        kernel is the norm that adds it, so a GPTQ down projection may stay `_Accumulated`. `paired`: `a` is in the
+        W4A16 pair order (`_down_pairs`), so it must be."""
         if layer.down_sorted is not None and a.dtype in _HALF:
             from ..kernels.w4a16 import w4a16_matmul
 
             bias = getattr(layer.down_proj, "bias", None)
-            acc = self._accumulate(a, layer.down_sorted, bias) if residual is not None else None
+            acc = self._accumulate(a, layer.down_sorted, bias, paired) if residual is not None else None
             return acc if acc is not None else w4a16_matmul(a, layer.down_sorted, bias)
         if self._into_residual(layer.down_proj, a, residual, linear):
             return None
-        acc = self._accumulate_module(layer.down_proj, a) if residual is not None else None
+        acc = self._accumulate_module(layer.down_proj, a, paired) if residual is not None else None
         return acc if acc is not None else self._apply(layer.down_proj, a, linear)
 
     def _queries(self, layer: _Layer, i: int, x: torch.Tensor | None, linear, batch: BatchInputs, cache: PagedKVCache,
-                 qkv: torch.Tensor | None = None) -> torch.Tensor:
+                 qkv: torch.Tensor | None = None, paired: bool = False) -> torch.Tensor:
         """Layer `i`'s rotated queries ``[tokens, heads, head_dim]``, with its rotated keys and values written into
         the cache: from the normed input `x` through the q/k/v projection (left in an accumulator that the rotary
-        kernel reads, `_accumulate`, where one serves), or from `qkv` already projected (x None)."""
+        kernel reads, `_accumulate`, where one serves), or from `qkv` already projected (x None). `paired`: x is in
+        the W4A16 pair order (`_qkv_pairs`)."""
         if x is not None and self.fusions.rope_cache and layer.parts.q_norm is None:
-            acc = self._accumulate(x, layer.qkv.qweight, layer.qkv.qbias)
+            acc = self._accumulate(x, layer.qkv.qweight, layer.qkv.qbias, paired)
             if acc is not None:
                 return rotary_and_cache_accumulated(acc.acc, self.num_heads, self.num_kv_heads, layer.cos, layer.sin,
                                                     batch.positions, cache.k[i], cache.v[i], batch.slot_mapping,
@@ -487,17 +542,18 @@ class PagedDecoder:
         # From here h is None whenever the last projection was already added into residual (`_into_residual`)
         for i, layer in enumerate(self.layers):
             qkv_order = layer.qkv.input_order(act_dtype)  # act-order GPTQ q/k/v: the norm gathers their input
+            qkv_pairs = self._qkv_pairs(layer, tokens, act_dtype)
             if residual is None:
                 residual = h
-                q = self._queries(layer, i, rms_norm(h, layer.ln1_w, layer.ln1_eps, perm=qkv_order), linear, batch,
-                                  cache)
+                x = rms_norm(h, layer.ln1_w, layer.ln1_eps, perm=qkv_order, paired=qkv_pairs)
+                q = self._queries(layer, i, x, linear, batch, cache, paired=qkv_pairs)
             elif isinstance(h, torch.Tensor) and fuse_norm and self._dense(layer.qkv):
                 qkv, residual = skinny_gemm_norm(h, residual, layer.ln1_w, layer.ln1_eps, layer.qkv.weight,
                                                  layer.qkv.bias)
                 q = self._queries(layer, i, None, linear, batch, cache, qkv)
             else:
-                x, residual = self._add_norm(h, residual, layer.ln1_w, layer.ln1_eps, qkv_order)
-                q = self._queries(layer, i, x, linear, batch, cache)
+                x, residual = self._add_norm(h, residual, layer.ln1_w, layer.ln1_eps, qkv_order, qkv_pairs)
+                q = self._queries(layer, i, x, linear, batch, cache, paired=qkv_pairs)
             attn = unified_attention(q, cache.k[i], cache.v[i], batch.block_tables, batch.seq_lens,
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
                                      softmax_scale=layer.parts.scale, sliding_window=layer.parts.window,
@@ -522,8 +578,10 @@ class PagedDecoder:
                 gate_up, residual = skinny_gemm_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.weight, gu.bias)
                 h = self._down(layer, gate_up, linear)
             else:
-                x, residual = self._add_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.input_order(act_dtype))
-                h = self._mlp(layer, x, linear, residual if post_mlp is None else None)
+                mlp_pairs = self._gate_up_pairs(layer, residual.shape[0], act_dtype)
+                x, residual = self._add_norm(h, residual, layer.ln2_w, layer.ln2_eps, gu.input_order(act_dtype),
+                                             mlp_pairs)
+                h = self._mlp(layer, x, linear, residual if post_mlp is None else None, mlp_pairs)
             if post_mlp is not None:
                 h = rms_norm(h, post_mlp.weight, post_mlp.eps)
         # Untrimmed (at least as many sampled rows as tokens: a decode step, or a graph's padded slots), the norm

@@ -19,6 +19,7 @@ from typing import Sequence
 import torch
 
 from ..errors import InvalidArgumentError
+from ..kernels.argmax import argmax_rows
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def _draw_one(probs: torch.Tensor, generator: torch.Generator | None) -> torch.T
     """One index per row drawn with probability `probs` (rows need not be normalized): the same
     exponential race and generator draws as `torch.multinomial(probs, 1)`, without its host sync."""
     noise = torch.empty_like(probs).exponential_(1, generator=generator)
-    return (probs / noise).argmax(dim=-1)
+    return argmax_rows(probs / noise)
 
 
 def sample_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
@@ -123,7 +124,7 @@ def sample_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
     counts = num_generated if num_generated is not None else [0] * len(params)
     blocked = [i for i, p in enumerate(params) if p.stop_token_ids and counts[i] < p.min_new_tokens]
     if not blocked and all(p.greedy and p.repetition_penalty == 1.0 for p in params):
-        return logits.argmax(dim=-1)
+        return argmax_rows(logits)
     dev = logits.device
     logits = logits.float().clone()
     if blocked:
@@ -134,7 +135,7 @@ def sample_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
     pen_rows = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
     if pen_rows:
         _apply_repetition_penalty(logits, pen_rows, [params[i].repetition_penalty for i in pen_rows], histories)
-    out = logits.argmax(dim=-1)
+    out = argmax_rows(logits)
     sample_rows = [i for i, p in enumerate(params) if p.do_sample]
     if sample_rows:
         idx = to_device(sample_rows, torch.long, dev)

@@ -309,6 +309,52 @@ def test_rms_norm_reads_and_zeroes_a_float32_accumulator(dtype, perm):
         rms_norm(acc, weight, 1e-6, accumulated=True)
 
 
+@pytest.mark.parametrize("accumulated", [False, True])
+def test_silu_and_mul_writes_the_w4a16_pair_order(accumulated):
+    """``paired=True``: the same values in `w4a16.pair_order` (each 128-value block's halves interleaved), for a
+    down projection that reads them as pairs; an accumulator is still left zeroed."""
+    from optimum_amdx.kernels.w4a16 import pair_order
+
+    gate_up = _rand(2, 2 * 384, seed=12, scale=3.0).contiguous()  # 384: the kernel's 512-wide block is masked
+    dtype = torch.float16
+    plain = silu_and_mul(gate_up.to(dtype))
+    if accumulated:
+        out = silu_and_mul(gate_up, accumulated_dtype=dtype, paired=True)
+        assert float(gate_up.abs().sum()) == 0.0
+    else:
+        out = silu_and_mul(gate_up.to(dtype), paired=True)
+    torch.testing.assert_close(out, plain[:, pair_order(384, plain.device).long()], rtol=0, atol=0)
+    with pytest.raises(InvalidArgumentError, match="multiple of 128"):
+        silu_and_mul(_rand(1, 2 * 200, seed=1, dtype=dtype), paired=True)
+
+
+@pytest.mark.parametrize("perm,residual,accumulated", [(False, False, False), (True, True, False),
+                                                       (False, True, True), (True, True, True)])
+def test_rms_norm_writes_the_w4a16_pair_order(perm, residual, accumulated):
+    """``paired=True``: the normalized row (after `perm`) in `w4a16.pair_order`; h stays in order. (Without perm
+    the kernel sums the squares in another order: within one fp16 rounding of the plain output.)"""
+    from optimum_amdx.kernels.rmsnorm import rms_norm
+    from optimum_amdx.kernels.w4a16 import pair_order
+
+    hidden, dtype = 384, torch.float16
+    x = _rand(2, hidden, seed=13, scale=2.0)
+    r = _rand(2, hidden, seed=14, dtype=dtype) if residual else None
+    weight = _rand(hidden, seed=15, dtype=dtype)
+    order = torch.randperm(hidden, generator=torch.Generator().manual_seed(6)).to(DEVICE) if perm else None
+    plain = rms_norm(x.to(dtype), weight, 1e-6, residual=r, perm=order)
+    if accumulated:
+        got = rms_norm(x.contiguous(), weight, 1e-6, residual=r, perm=order, accumulated=True, paired=True)
+        assert float(x.abs().sum()) == 0.0
+    else:
+        got = rms_norm(x.to(dtype), weight, 1e-6, residual=r, perm=order, paired=True)
+    y_plain, y = (plain[0], got[0]) if residual else (plain, got)
+    torch.testing.assert_close(y, y_plain[:, pair_order(hidden, y.device).long()], rtol=1e-3, atol=0)
+    if residual:
+        torch.testing.assert_close(got[1], plain[1], rtol=0, atol=0)
+    with pytest.raises(InvalidArgumentError, match="multiple of 128"):
+        rms_norm(_rand(1, 200, seed=1, dtype=dtype), _rand(200, seed=2, dtype=dtype), 1e-6, paired=True)
+
+
 def test_gptq_decoder_accumulating_projections_generates_the_same_tokens(monkeypatch):
     """A tiny act-order GPTQ Llama in fp16 through the kernels: q/k/v, o_proj, gate/up and down left in float32
     accumulators (read and zeroed by the rotary + cache kernel, the norm, SiLU * up after them) give the tokens
@@ -325,7 +371,7 @@ def test_gptq_decoder_accumulating_projections_generates_the_same_tokens(monkeyp
     model = model.to(DEVICE)
     calls = []
     real = w4a16.w4a16_accumulate
-    monkeypatch.setattr(w4a16, "w4a16_accumulate", lambda *a: calls.append(a[1].out_features) or real(*a))
+    monkeypatch.setattr(w4a16, "w4a16_accumulate", lambda *a, **k: calls.append(a[1].out_features) or real(*a, **k))
     outs = {}
     graphs = False
     for on in (True, False):
@@ -351,6 +397,36 @@ def test_gptq_decoder_accumulating_projections_generates_the_same_tokens(monkeyp
     assert outs[True] == outs[False]
     if DEVICE == "cpu":  # the interpreter's kernels follow transformers' rounding (a GPU may break a near-tie)
         assert outs[True] == expected
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="the paired inputs feed the packed one-row loop (NVIDIA PTX)")
+@pytest.mark.parametrize("group", [32, 128])
+def test_gptq_decoder_with_paired_inputs_generates_the_same_tokens(monkeypatch, group):
+    """An act-order GPTQ Llama whose sizes are multiples of 128 (so every one-row projection can take paired
+    input): the decode steps' norms and SiLU * up write the W4A16 pair order (after the act-order gathers) and the
+    one-row matmuls read it, with the tokens of the same decoder without pairs."""
+    from optimum_amdx.kernels import w4a16
+    from optimum_amdx.modeling import AMDModelForCausalLM
+
+    from ..modeling.test_act_order import act_order_model
+
+    model = act_order_model(seed=7, group=group, hidden_size=256, intermediate_size=384, num_attention_heads=4,
+                            num_key_value_heads=2).half().to(DEVICE)
+    prompt = [9, 4, 33, 2, 71, 8]
+    calls = []
+    real = w4a16.w4a16_accumulate
+    monkeypatch.setattr(w4a16, "w4a16_accumulate",
+                        lambda *a, **k: calls.append((a[1].in_features, bool(k.get("paired")))) or real(*a, **k))
+    outs = {}
+    for paired in (True, False):
+        calls.clear()
+        am = AMDModelForCausalLM(model, num_blocks=16, block_size=4, max_num_seqs=2, max_model_len=64)
+        am.decoder.fusions.paired = paired
+        outs[paired] = am.generate([prompt], max_new_tokens=6, do_sample=False)[0]
+        assert {k for k, p in calls if p} == ({256, 384} if paired else set()), calls  # q/k/v, gate/up; down
+        assert all(float(b.abs().sum()) == 0.0 for b in w4a16._ACCUMULATORS.values())
+    assert outs[True] == outs[False]
 
 
 def test_act_order_gptq_decoder_through_the_kernels_with_and_without_the_moved_gathers(monkeypatch):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from optimum_amdx.errors import InvalidArgumentError
 from optimum_amdx.kernels.w4a16 import prepare_gptq_weight, w4a16_matmul
 
 from .test_w4a16 import DEVICE, quantize
@@ -32,6 +33,39 @@ def test_xpack_pairs_rows_64_apart_in_sorted_order():
         t = padded.reshape(kt, 2, 4, 16)  # row kt*128 + half*64 + J*16 + r
         halves = xp.cpu().view(torch.int16).view(torch.float16).reshape(kt, 4, 16, 2)
         assert torch.equal(halves[..., 0], t[:, 0].cpu()) and torch.equal(halves[..., 1], t[:, 1].cpu())
+
+
+def test_pair_order_is_what_the_xpack_kernel_builds():
+    """`w4a16.pair_order`: a row put in that order, read as int32 words, is the prepared pairs of the one-row
+    loop (what `rms_norm(..., paired=True)` and `silu_and_mul(..., paired=True)` hand it instead)."""
+    from optimum_amdx.kernels._w4a16_triton import XPACK_BLOCK, _w4a16_xpack_kernel
+    from optimum_amdx.kernels.w4a16 import pair_order
+
+    k = 384
+    x = torch.randn(1, k, generator=torch.Generator().manual_seed(5)).half().to(DEVICE)
+    xp = torch.empty(k // 2, dtype=torch.int32, device=DEVICE)
+    _w4a16_xpack_kernel[(-(-k // 2 // XPACK_BLOCK),)](x, xp, xp, k, k // 2, HAS_PERM=False, BLOCK=XPACK_BLOCK,
+                                                     num_warps=1)
+    order = pair_order(k, x.device)
+    assert sorted(order.tolist()) == list(range(k)) and order is pair_order(k, x.device)  # a permutation, kept
+    assert torch.equal(x[0, order.long()].contiguous().view(torch.int32).cpu(), xp.cpu())
+    with pytest.raises(InvalidArgumentError, match="multiple of 128"):
+        pair_order(200, x.device)
+
+
+def test_paired_input_only_where_the_packed_one_row_loop_reads_it():
+    """`takes_pairs`: never in the interpreter, on AMD or for more than one row; `w4a16_accumulate` refuses a
+    paired input it would not read as pairs."""
+    from optimum_amdx.kernels.w4a16 import accumulator, takes_pairs, w4a16_accumulate
+
+    qweight, qzeros, scales, g_idx, _ = quantize(256, 128, 4, 128, True, False, "gptq", seed=3)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=128)
+    x = torch.randn(1, 256, generator=torch.Generator().manual_seed(1)).half().to(DEVICE)
+    assert not takes_pairs(2, torch.float16, w) and not takes_pairs(1, torch.bfloat16, w)
+    if DEVICE == "cpu":
+        assert not takes_pairs(1, torch.float16, w)
+        with pytest.raises(InvalidArgumentError, match="paired"):
+            w4a16_accumulate(x, w, accumulator(x.device, 128, 1), paired=True)
 
 
 def test_packed_route_only_for_fp16_one_row_on_nvidia():
@@ -78,6 +112,29 @@ def test_packed_one_row_matches_exact(k, n, group, sym, act_order, fmt, cfg):
     scale = exact.abs().max().item()
     # fp16 products and short fp16 sums: well inside the fp16 kernels' usual 2e-2 of the largest output
     assert (out.double() - exact).abs().max().item() <= 4e-3 * scale
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the packed loop is inline PTX)")
+@pytest.mark.parametrize("k,n,group,sym", [(384, 256, 128, True), (512, 136, 64, False), (1024, 200, 32, False),
+                                           (768, 384, 128, True)])
+def test_paired_one_row_accumulates_what_the_plain_row_does(k, n, group, sym):
+    """An x in `pair_order` with ``paired=True`` gives the sums of the plain x (the same loop; only where its
+    pairs come from differs), and both match the exact product."""
+    from optimum_amdx.kernels.w4a16 import accumulator, pair_order, takes_pairs, w4a16_accumulate
+
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, False, "gptq", seed=k + n)
+    w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=group)
+    x = torch.randn(1, k, generator=torch.Generator().manual_seed(k)).half().cuda()
+    assert takes_pairs(1, torch.float16, w)
+    plain = w4a16_accumulate(x, w, accumulator(x.device, n, 1)).clone()
+    accumulator(x.device, n, 1).zero_()
+    paired = w4a16_accumulate(x[:, pair_order(k, x.device).long()].contiguous(), w, accumulator(x.device, n, 1),
+                              paired=True).clone()
+    accumulator(x.device, n, 1).zero_()
+    exact = x.double() @ expected.double().cuda()
+    torch.testing.assert_close(paired, plain, rtol=1e-5, atol=1e-5 * exact.abs().max().item())
+    assert (paired.double() - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
 
 
 def test_wide_one_row_calls_take_smaller_programs():

@@ -23,11 +23,11 @@ from .test_families import family_model
 GROUP = 16
 
 
-def _act_order_g_idx(k: int, seed: int) -> torch.Tensor:
-    """A GPTQ act-order group index: groups of `GROUP` rows taken in a random order of the rows."""
+def _act_order_g_idx(k: int, seed: int, group: int = GROUP) -> torch.Tensor:
+    """A GPTQ act-order group index: groups of `group` rows taken in a random order of the rows."""
     order = torch.randperm(k, generator=torch.Generator().manual_seed(seed))
     g_idx = torch.empty(k, dtype=torch.int32)
-    g_idx[order] = (torch.arange(k) // GROUP).to(torch.int32)
+    g_idx[order] = (torch.arange(k) // group).to(torch.int32)
     return g_idx
 
 
@@ -40,27 +40,28 @@ def _inputs(model_type: str, layer) -> tuple:
             (mlp, ("down_proj",)))
 
 
-def act_order_model(model_type: str = "llama", seed: int = 3, sym: bool = False, bias: bool = False):
+def act_order_model(model_type: str = "llama", seed: int = 3, sym: bool = False, bias: bool = False,
+                    group: int = GROUP, **sizes):
     """A tiny fp32 model whose linears are 4-bit act-order QuantLinears with random codes (and the model's
     biases, with `bias`); the linears of one input (q/k/v, gate/up) share its permutation, as GPTQ gives
-    them."""
+    them. `sizes`: Llama config overrides (hidden_size, ...)."""
     if model_type == "llama":
         biases = {"attention_bias": True, "mlp_bias": True} if bias else {}
-        model = copy.deepcopy(tiny_model("llama", seed=seed, **biases))
+        model = copy.deepcopy(tiny_model("llama", seed=seed, **biases, **sizes))
     else:
         model = copy.deepcopy(family_model(model_type))
     for i, layer in enumerate(model.model.layers):
         for j, (parent, members) in enumerate(_inputs(model_type, layer)):
             k = getattr(parent, members[0]).in_features
-            g_idx = _act_order_g_idx(k, seed=100 * i + j)
+            g_idx = _act_order_g_idx(k, seed=100 * i + j, group=group)
             for t, name in enumerate(members):
                 n = getattr(parent, name).out_features
-                qweight, qzeros, scales, g, _ = quantize_with_g_idx(k, n, GROUP, sym, g_idx, seed=1000 * i + 10 * j + t)
+                qweight, qzeros, scales, g, _ = quantize_with_g_idx(k, n, group, sym, g_idx, seed=1000 * i + 10 * j + t)
                 # larger scales than the helper's so the tiny model's logits are not near-ties
                 tensors = {"qweight": qweight, "qzeros": qzeros, "scales": (scales.float() * 8).half(), "g_idx": g}
                 old = getattr(parent, name)
                 b = old.bias.detach().clone() if old.bias is not None else None
-                setattr(parent, name, QuantLinear.from_packed(tensors, k, n, 4, GROUP, "gptq", bias=b))
+                setattr(parent, name, QuantLinear.from_packed(tensors, k, n, 4, group, "gptq", bias=b))
     return model
 
 
