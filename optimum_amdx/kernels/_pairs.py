@@ -5,7 +5,7 @@ instruction, so it reads its activations as pairs: word ``i`` of a 128-row K til
 ``r + 64`` of that tile (``r = i % 64``). Built from a plain row, each pair costs the loop byte permutes every
 tile; a kernel that writes the row anyway (the RMSNorm before q/k/v and gate/up, SiLU * up before the down
 projection) can write it in that order instead, and the matmul then loads its pairs as plain words (on an
-H100, 0.3-0.9 us less per call on the Llama decode shapes, RESULTS.md round 19).
+H100, 0.1-0.8 us less per call on the Llama decode shapes, RESULTS.md round 19).
 
 In that order, position ``p`` of each 128-value block holds row ``p // 2 + 64 * (p % 2)`` of the block:
 the block's two halves interleaved. A producer reads the two halves of each block as plain contiguous vectors

@@ -626,7 +626,7 @@ def takes_pairs(rows: int, dtype: "torch.dtype", w: W4A16Weight) -> bool:
     the stream kernel's packed loop (NVIDIA), no permutation in the weight (an act-order layer's producer gathers
     its input already, `perm=` of `rms_norm`) and K a multiple of `TILE_K`. A producer then writes x in
     `pair_order` (`rms_norm(..., paired=True)`, `silu_and_mul(..., paired=True)`), and the matmul loads its
-    activation pairs as plain words: on an H100 0.3-0.9 us less per call on the Llama decode shapes, the same on
+    activation pairs as plain words: on an H100 0.1-0.8 us less per call on the Llama decode shapes, the same on
     4096x4096 (RESULTS.md round 19)."""
     import torch
 

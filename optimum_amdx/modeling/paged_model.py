@@ -201,7 +201,7 @@ class DecodeFusions:
         benchmarks/RESULTS.md round 13). Not for q/k/v with a q/k norm (Qwen3) or without `rope_cache`.
     paired: where such a projection takes one fp16 row on the W4A16 one-row kernel (`w4a16.takes_pairs`), the
         kernel before it (the RMSNorm before q/k/v and gate/up, SiLU * up before down) writes its input in the
-        kernel's pair order, so the matmul loads its activation pairs as plain words (on an H100 0.3-0.9 us
+        kernel's pair order, so the matmul loads its activation pairs as plain words (on an H100 0.1-0.8 us
         less per call; benchmarks/RESULTS.md round 19).
     """
 
