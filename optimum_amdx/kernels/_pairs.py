@@ -21,10 +21,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-PAIR_BLOCK = 128
-"""Rows per block of the pair order (the W4A16 layout's K tile): a paired row's length is a multiple of it."""
-
-
 @triton.jit
 def pair_halves(first_block, NB: tl.constexpr):
     """Columns ``[NB, 64]`` of the first halves of 128-value blocks ``first_block .. first_block + NB - 1``
