@@ -42,6 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._pairs import pair_source
 from ._pdl import pdl_begin
 from .compile_spec import CompileSpec
 from .runtime import arch_family, compute_units, interpret_mode, kernel_arch, pdl_for
@@ -460,7 +461,7 @@ def _w4a16_xpack_kernel(x_ptr, perm_ptr, xp_ptr, K, n_pairs, HAS_PERM: tl.conste
     ``kt*128 + J*16 + r`` and that + 64 (act-order: gathered through perm), zero past K, as fp16x2 bits."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = i < n_pairs
-    row = (i // 64) * 128 + ((i // 16) % 4) * 16 + i % 16
+    row = pair_source(2 * i)  # the low half of word i: the W4A16 pair order (`_pairs`)
     lo_ok = mask & (row < K)
     hi_ok = mask & (row + 64 < K)
     if HAS_PERM:

@@ -58,9 +58,9 @@ def silu_and_mul(gate_up: "torch.Tensor", accumulated_dtype: "torch.dtype | None
             out = silu_and_mul_reference(gate_up.to(accumulated_dtype))
             gate_up.zero_()
         if paired:
-            from .w4a16 import pair_order
+            from .w4a16 import to_pair_order
 
-            out = out.index_select(-1, pair_order(out.shape[-1], out.device).long())
+            out = to_pair_order(out)
         return out
     from ._act_mul_triton import silu_and_mul_triton
 

@@ -89,8 +89,8 @@ def _paired(out: Union["torch.Tensor", tuple["torch.Tensor", "torch.Tensor"]],
     """A reference result with its normalized output put in the W4A16 pair order when `paired`."""
     if not paired:
         return out
-    from .w4a16 import pair_order
+    from .w4a16 import to_pair_order
 
-    y, h = (out, None) if not isinstance(out, tuple) else out
-    y = y.index_select(-1, pair_order(y.shape[-1], y.device).long())
-    return y if h is None else (y, h)
+    if isinstance(out, tuple):
+        return to_pair_order(out[0]), out[1]
+    return to_pair_order(out)

@@ -46,6 +46,7 @@ __all__ = [
     "ACCUMULATE_MAX_ROWS",
     "w4a16_accumulate",
     "pair_order",
+    "to_pair_order",
     "takes_pairs",
     "choose_route",
     "dispatch_route",
@@ -601,7 +602,7 @@ _PAIR_ORDERS: dict[tuple[Any, int], "torch.Tensor"] = {}
 
 
 def pair_order(k: int, device: "torch.device") -> "torch.Tensor":
-    """The pair order of a one-row W4A16 input of `k` values (a multiple of `TILE_K`) as int32 ``[k]``: position p
+    """The pair order of a one-row W4A16 input of `k` values (a multiple of `TILE_K`) as int64 ``[k]``: position p
     holds plain column ``pair_order(k)[p]`` (in each 128-value block, its two halves interleaved; see
     `_pairs`). ``x[..., pair_order(k)]``, viewed as int32 words, is what the one-row kernel's packed loop
     multiplies: word i holds rows ``r`` and ``r + 64`` of K tile ``i // 64`` (``r = i % 64``). Kept per device
@@ -615,10 +616,15 @@ def pair_order(k: int, device: "torch.device") -> "torch.Tensor":
     if order is None:
         pos = torch.arange(k)
         local = pos % TILE_K
-        order = (pos - local + local // 2 + (local % 2) * (TILE_K // 2)).to(torch.int32)
+        order = pos - local + local // 2 + (local % 2) * (TILE_K // 2)
         with torch.inference_mode(False):
             order = _PAIR_ORDERS[key] = order.to(device)
     return order
+
+
+def to_pair_order(x: "torch.Tensor") -> "torch.Tensor":
+    """`x` with its last dim put in `pair_order` (what a producer's ``paired=True`` writes; the references use it)."""
+    return x.index_select(-1, pair_order(x.shape[-1], x.device))
 
 
 def takes_pairs(rows: int, dtype: "torch.dtype", w: W4A16Weight) -> bool:

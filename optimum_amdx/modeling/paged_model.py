@@ -402,11 +402,7 @@ class PagedDecoder:
     def _accumulate_module(self, module: nn.Module, x: torch.Tensor, paired: bool = False) -> _Accumulated | None:
         """`_accumulate` for a 4-bit GPTQ linear module (`kernel_weight`), else None."""
         w = self._kernel_weight(module)
-        if w is None:
-            if paired:
-                raise RuntimeError("an input was written in the W4A16 pair order for a matmul that does not read it")
-            return None
-        return self._accumulate(x, w, module.bias, paired)
+        return self._accumulate(x, w, module.bias if w is not None else None, paired)
 
     def _pairs(self, w, bias: torch.Tensor | None, rows: int, dtype: torch.dtype) -> bool:
         """Whether an input of `rows` rows of `dtype` for weight `w` is written in the W4A16 pair order

@@ -48,7 +48,7 @@ def test_pair_order_is_what_the_xpack_kernel_builds():
                                                      num_warps=1)
     order = pair_order(k, x.device)
     assert sorted(order.tolist()) == list(range(k)) and order is pair_order(k, x.device)  # a permutation, kept
-    assert torch.equal(x[0, order.long()].contiguous().view(torch.int32).cpu(), xp.cpu())
+    assert torch.equal(x[0, order].contiguous().view(torch.int32).cpu(), xp.cpu())
     with pytest.raises(InvalidArgumentError, match="multiple of 128"):
         pair_order(200, x.device)
 
@@ -129,7 +129,7 @@ def test_paired_one_row_accumulates_what_the_plain_row_does(k, n, group, sym):
     assert takes_pairs(1, torch.float16, w)
     plain = w4a16_accumulate(x, w, accumulator(x.device, n, 1)).clone()
     accumulator(x.device, n, 1).zero_()
-    paired = w4a16_accumulate(x[:, pair_order(k, x.device).long()].contiguous(), w, accumulator(x.device, n, 1),
+    paired = w4a16_accumulate(x[:, pair_order(k, x.device)].contiguous(), w, accumulator(x.device, n, 1),
                               paired=True).clone()
     accumulator(x.device, n, 1).zero_()
     exact = x.double() @ expected.double().cuda()
