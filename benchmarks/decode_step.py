@@ -112,13 +112,19 @@ def profile_kernels(fn, reps: int = 5) -> dict[str, Any]:
     by_family: dict[str, list[float]] = {}
     for e in kernels:
         by_family.setdefault(kernel_family(e.name), []).append(e.time_range.elapsed_us())
-    return {
+    out = {
         "kernels_per_call": len(kernels) / reps,
         "busy_us": busy / reps,
         "idle_us": idle / reps,
         "families": {k: {"count": len(v) / reps, "us": sum(v) / reps} for k, v in
                      sorted(by_family.items(), key=lambda kv: -sum(kv[1]))},
     }
+    if len(kernels) % reps == 0:  # every call ran the same kernels: their mean times by position in the call
+        per = len(kernels) // reps
+        out["sequence"] = [[kernel_family(kernels[i].name), kernels[i].name[:60],
+                            sum(kernels[r * per + i].time_range.elapsed_us() for r in range(reps)) / reps]
+                           for i in range(per)]
+    return out
 
 
 class StepBench:

@@ -3,8 +3,9 @@
 Each case runs twice (profile the second: ``--launch-skip 1``; the first sizes the grid) after
 compilation, on a fresh random GPTQ weight (g128, symmetric); no timing here: ncu replays each kernel
 and reads its counters (DRAM throughput, sectors per request, stall reasons, achieved occupancy). A case
-may end in ``:KEY=V,...`` (integer stream-config knobs).
-Usage: python benchmarks/profile_w4a16.py 1x4096x14336 1x4096x14336:num_warps=4 16x4096x14336
+may end in ``:KEY=V,...`` (integer stream-config knobs). ``--accumulate`` runs each case as the decode step does
+at 1-16 rows (`w4a16.w4a16_accumulate`: float32 sums into an accumulator, no split-K flush).
+Usage: python benchmarks/profile_w4a16.py [--accumulate] 1x4096x14336 1x4096x14336:num_warps=4 16x4096x14336
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import torch
 
 from optimum_amdx.kernels._w4a16_triton import stream_config
 from optimum_amdx.kernels.runtime import device_arch
-from optimum_amdx.kernels.w4a16 import pack_gptq_int32, prepare_gptq_weight, w4a16_matmul
+from optimum_amdx.kernels.w4a16 import (accumulating_route, pack_gptq_int32, prepare_gptq_weight, w4a16_accumulate,
+                                        w4a16_matmul)
 
 
 def main(cases: list[str]) -> int:
-    for case in cases:
+    accumulate = "--accumulate" in cases
+    for case in (c for c in cases if c != "--accumulate"):
         shape, _, extra = case.partition(":")  # "1x4096x14336:num_warps=4": integer knobs over the stream config
         m, k, n = (int(v) for v in shape.split("x"))
         config = None
@@ -31,9 +34,16 @@ def main(cases: list[str]) -> int:
         qzeros = pack_gptq_int32(torch.full((k // 128, n), 7, device="cuda", dtype=torch.int32), 4, dim=1)
         w = prepare_gptq_weight(pack_gptq_int32(q, 4, dim=0), qzeros, scales, None, group_size=128)
         x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        if accumulate and (config is not None or accumulating_route(x, w) is None):
+            print(f"{case}: no accumulating route (or knobs given, which only the flushed call takes)", file=sys.stderr)
+            return 2
+        acc = torch.zeros(m, n, device="cuda", dtype=torch.float32)
         for _ in range(2):  # the second call runs the grid the first one sized (`_resident_programs`)
             torch.cuda.synchronize()
-            w4a16_matmul(x, w, config=config)
+            if accumulate:
+                w4a16_accumulate(x, w, acc)
+            else:
+                w4a16_matmul(x, w, config=config)
         torch.cuda.synchronize()
     return 0
 

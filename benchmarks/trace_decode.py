@@ -7,7 +7,7 @@ median inter-token latency), then profiles one more (torch profiler) and, over t
 reports the device's busy and idle time, the largest idle gaps, and every kernel that runs at most about once a
 step (the per-step work outside the layers: lm_head, argmax, copies, gathers). RESULTS.md round 19 found the
 greedy argmax there (torch's, 37.7 us a step on an H100 for a 128256-token vocabulary). Writes JSON (--out).
-Usage: python benchmarks/trace_decode.py --model llama-3-8b --quantization gptq-4bit --out trace.json
+Usage: python benchmarks/trace_decode.py --model llama-3-8b --quantization gptq-4bit [--batch 16] --out trace.json
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from typing import Any, Optional
 
 import torch
@@ -35,6 +36,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--quantization", default="none")
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1, help="sequences per generate() call, all of --prompt tokens")
+    p.add_argument("--max-batch", type=int, default=None, help="the load's batch bound (default --batch; the "
+                   "benchmark matrix loads once for its largest batch)")
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -42,7 +46,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("trace_decode.py needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
     source = resolve_source(args.model)
-    sizes = LoadSizes(max_batch=1, max_prompt=args.prompt, max_total=args.prompt + args.new_tokens)
+    sizes = LoadSizes(max_batch=args.max_batch or args.batch, max_prompt=args.prompt, max_total=args.prompt + args.new_tokens)
     runner = get_backend("rocm").load(source, torch.float16, args.quantization, "cuda", 0, sizes)
     vocab = source.config.vocab_size
     clock = Clock("cuda", host_marks=True)
@@ -50,19 +54,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     for i in range(args.calls + 1):  # the first call warms up (compiles, captures)
         timer = make_token_timer(clock)
         clock.synchronize()
+        wall = time.time()  # to line the steps up with a clock log (`nvidia-smi -lms`) taken beside the run
         start = clock.mark()
-        runner.generate(_prompt(vocab, 1, args.prompt, 100 + i), None, args.new_tokens, timer)
+        runner.generate(_prompt(vocab, args.batch, args.prompt, 100 + i), None, args.new_tokens, timer)
         t = split_timings(clock, start, timer.marks, clock.mark())
         itl = sorted(t["itl_s"])
         if i:
             calls.append({"ttft_ms": t["ttft_s"] * 1e3, "tpot_mean_ms": sum(itl) / len(itl) * 1e3,
-                          "tpot_median_ms": itl[len(itl) // 2] * 1e3})
+                          "tpot_median_ms": itl[len(itl) // 2] * 1e3,
+                          "itl_ms": [round(v * 1e3, 4) for v in t["itl_s"]],  # in step order
+                          "wall_start_s": wall})
+            slow = sorted(enumerate(calls[-1]["itl_ms"]), key=lambda kv: -kv[1])[:6]
             print(f"call {i}: TTFT {calls[-1]['ttft_ms']:.2f} ms, TPOT mean {calls[-1]['tpot_mean_ms']:.3f} "
-                  f"median {calls[-1]['tpot_median_ms']:.3f} ms", flush=True)
+                  f"median {calls[-1]['tpot_median_ms']:.3f} ms; slowest steps (index, ms) {slow}", flush=True)
     clock.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
-        runner.generate(_prompt(vocab, 1, args.prompt, 7), None, args.new_tokens, None)
+        runner.generate(_prompt(vocab, args.batch, args.prompt, 7), None, args.new_tokens, None)
         clock.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
@@ -93,7 +101,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("| kernel (at most ~once a step) | count | total us | mean us |\n|---|---|---|---|")
     for k, r in sorted(per_step.items(), key=lambda kv: -kv[1]["us"]):
         print(f"| {k} | {r['count']} | {r['us']:.0f} | {r['mean_us']:.2f} |")
-    result: dict[str, Any] = {"model": args.model, "quantization": args.quantization,
+    result: dict[str, Any] = {"model": args.model, "quantization": args.quantization, "batch": args.batch,
                               "device": torch.cuda.get_device_name(),
                               "uuid": str(torch.cuda.get_device_properties(0).uuid), "calls": calls,
                               "window_us": b - a, "busy_us": busy_us, "gaps_us": sorted(gaps, reverse=True)[:50],

@@ -23,7 +23,8 @@ Shared modules: ``runtime`` (when to use Triton, arch family, launch-option help
 supported Triton releases: today only interpreter defects). Ops: ``flash_attention`` (dense
 FlashAttention-2; its reference is also the paged one's core), ``paged_attention`` (KV write,
 unified paged attention, split-K, soft-capping), ``rmsnorm``, ``rotary``, ``w4a16``, ``fused_moe``
-(top-k routing, expert-sorted grouped GEMMs), ``argmax`` (each row's first maximum: greedy sampling).
+(top-k routing, expert-sorted grouped GEMMs), ``argmax`` (each row's first maximum: greedy sampling), ``gather``
+(rows of a table by index: the token embedding, the pick of sampled rows).
 Triton helpers that are not ops of their own (``_pdl``: programmatic dependent launch; ``_pairs``: the W4A16
 one-row pair order its producers write) are called from the ``_<op>_triton`` modules and compiled in their specs.
 

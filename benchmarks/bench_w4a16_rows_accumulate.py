@@ -1,0 +1,115 @@
+"""2-16-row W4A16 as the decode step runs it (the pipelined GEMM into a float32 accumulator): tiles and K splits.
+
+The pipelined GEMM's 16-row classes were tuned on the flushed call (split-K workspace, ticket, read-back by the last
+sharer: `bench_w4a16.py`), but from 2 to 16 rows the decode step leaves its sums in an accumulator
+(`w4a16.w4a16_accumulate`, RESULTS.md round 13), where a split costs only its atomic adds. This script times that
+form on the Llama decode shapes (g128, symmetric, fp16) over L2-cold weight copies (CUDA-graph replays), under the
+shipped config and a grid around it: either class (``staged``: `rows16`, ``regs``: `rows16_regs`), forced split
+counts, 16-, 32- and 128-column tiles, other stage counts. Prints one line per (shape, rows) with each config's time and % of
+copy bandwidth, and writes JSON (RESULTS.md round 20).
+Usage: python benchmarks/bench_w4a16_rows_accumulate.py [--rows 16] [--configs base,s16,...] [--out F.json]
+"""
+import argparse
+import json
+import os
+import sys
+from typing import Any, Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_w4a16 import _clone, call_bytes, random_gptq  # noqa: E402
+
+from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
+from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies  # noqa: E402
+from optimum_amdx.kernels import _w4a16_pipelined_triton as kp  # noqa: E402
+from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
+
+SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (4096, 12288), (4096, 22016), (11008, 4096)]
+
+
+def _grid() -> dict[str, dict[str, Any]]:
+    """Named overrides of the shipped config: ``_class`` replaces the class, the rest update its keys."""
+    out: dict[str, dict[str, Any]] = {"base": {}}
+    for cls, tag in (("rows16", "staged"), ("rows16_regs", "regs")):
+        out[tag] = {"_class": cls}
+        for split in (1, 2, 4, 8, 16, 32):
+            out[f"{tag}_s{split}"] = {"_class": cls, "SPLIT": split}
+            out[f"{tag}_n128_s{split}"] = {"_class": cls, "SPLIT": split, "BLOCK_N": 128, "num_warps": 8}
+        for split in (2, 4, 8, 16):  # narrower column tiles: more programs without more K splits
+            out[f"{tag}_n32w2_s{split}"] = {"_class": cls, "SPLIT": split, "BLOCK_N": 32, "num_warps": 2}
+            out[f"{tag}_n32w4_s{split}"] = {"_class": cls, "SPLIT": split, "BLOCK_N": 32, "num_warps": 4}
+            out[f"{tag}_n16w1_s{split}"] = {"_class": cls, "SPLIT": split, "BLOCK_N": 16, "num_warps": 1}
+        out[f"{tag}_st2"] = {"_class": cls, "num_stages": 2}
+        out[f"{tag}_st4"] = {"_class": cls, "num_stages": 4}
+    return out
+
+
+CFGS = _grid()
+
+
+def config_for(name: str, m: int, k: int, n: int) -> dict[str, Any]:
+    """The config `name` stands for at `m` rows of a `k` x `n` g128 weight (fp16, Hopper)."""
+    extra = dict(CFGS[name])
+    cls = extra.pop("_class", None)
+    cfg = dict(kp.PIPELINED_CONFIGS[cls]) if cls else kp.pipelined_config(m, k, n, 1, True, "hopper")
+    cfg.update(extra)
+    return cfg
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="w4a16-rows-accumulate.json")
+    parser.add_argument("--rows", default="16", help="comma list of row counts (2-16)")
+    parser.add_argument("--shapes", default="", help="comma list KxN (default: the Llama decode shapes)")
+    parser.add_argument("--configs", default=",".join(CFGS), help="comma list of " + ", ".join(CFGS))
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_w4a16_rows_accumulate needs a GPU (torch.cuda)", file=sys.stderr)
+        return 2
+    arch = device_arch()
+    names = [c for c in args.configs.split(",") if c]
+    unknown = [c for c in names if c not in CFGS]
+    if unknown:
+        print(f"unknown configs {unknown}; known: {', '.join(CFGS)}", file=sys.stderr)
+        return 2
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s] or SHAPES
+    rows = [int(r) for r in args.rows.split(",") if r]
+    copy_bw = measure_copy_bandwidth("cuda")
+    res: dict[str, Any] = {"device": torch.cuda.get_device_name(), "uuid": str(torch.cuda.get_device_properties(0).uuid),
+                           "copy_GBps": copy_bw / 1e9, "configs": {c: CFGS[c] for c in names}, "rows": []}
+    print(res["device"], res["uuid"], f"copy {copy_bw / 1e9:.0f} GB/s", flush=True)
+    for k, n in shapes:
+        w0, _ = random_gptq(k, n, 128, False, seed=k + n)
+        ws = [w0] + [_clone(w0) for _ in range(l2_cold_copies(w0.qweight.numel() * 4) - 1)]
+        for m in rows:
+            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            accs = [torch.zeros(m, n, device="cuda", dtype=torch.float32) for _ in ws]
+            floor = call_bytes(w0, m) / copy_bw * 1e6
+            row: dict[str, Any] = {"K": k, "N": n, "M": m, "floor_us": floor, "us": {}}
+            for name in names:
+                cfg = config_for(name, m, k, n)
+                try:
+                    us = graph_ms([lambda w=w, a=a: kp.pipelined_matmul(x, w, None, arch, config=cfg,
+                                                                         accumulate_into=a)
+                                   for w, a in zip(ws, accs)]) * 1e3
+                except Exception as exc:  # noqa: BLE001 - a failing config is recorded, not fatal
+                    print(f"{k}x{n} m={m} {name}: error {str(exc)[:200]}", flush=True)
+                    us = float("nan")
+                row["us"][name] = us
+            best = min((v, c) for c, v in row["us"].items() if v == v)
+            row["best"] = best[1]
+            res["rows"].append(row)
+            cells = " ".join(f"{c} {v:5.2f}" for c, v in row["us"].items())
+            print(f"{k:>5}x{n:<5} m={m:<2} floor {floor:5.2f} | best {best[1]} {best[0]:5.2f} "
+                  f"({floor / best[0] * 100:4.1f}%) | {cells}", flush=True)
+            del accs
+        del ws
+        torch.cuda.empty_cache()
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
