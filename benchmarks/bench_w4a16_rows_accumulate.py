@@ -5,7 +5,7 @@ sharer: `bench_w4a16.py`), but from 2 to 16 rows the decode step leaves its sums
 (`w4a16.w4a16_accumulate`, RESULTS.md round 13), where a split costs only its atomic adds. This script times that
 form on the Llama decode shapes (g128, symmetric, fp16) over L2-cold weight copies (CUDA-graph replays), under the
 shipped config and a grid around it: either class (``staged``: `rows16`, ``regs``: `rows16_regs`), forced split
-counts, 16-, 32- and 128-column tiles, other stage counts. Prints one line per (shape, rows) with each config's time and % of
+counts, 16-, 32- and 128-column tiles, other stage counts, register caps. Prints one line per (shape, rows) with each config's time and % of
 copy bandwidth, and writes JSON (RESULTS.md round 20).
 Usage: python benchmarks/bench_w4a16_rows_accumulate.py [--rows 16] [--configs base,s16,...] [--out F.json]
 """
@@ -40,8 +40,13 @@ def _grid() -> dict[str, dict[str, Any]]:
             out[f"{tag}_n32w2_s{split}"] = {"_class": cls, "SPLIT": split, "BLOCK_N": 32, "num_warps": 2}
             out[f"{tag}_n32w4_s{split}"] = {"_class": cls, "SPLIT": split, "BLOCK_N": 32, "num_warps": 4}
             out[f"{tag}_n16w1_s{split}"] = {"_class": cls, "SPLIT": split, "BLOCK_N": 16, "num_warps": 1}
+        for reg in (56, 64, 80, 96):  # a register cap: more programs per SM
+            out[f"{tag}_r{reg}"] = {"_class": cls, "maxnreg": reg}
         out[f"{tag}_st2"] = {"_class": cls, "num_stages": 2}
         out[f"{tag}_st4"] = {"_class": cls, "num_stages": 4}
+    for split in (4, 8, 16):  # the register-load class with one K tile per step (fewer registers)
+        out[f"regs_u1_s{split}"] = {"_class": "rows16_regs", "SPLIT": split, "UNROLL": 1}
+    out["regs_w8"] = {"_class": "rows16_regs", "num_warps": 8}
     return out
 
 

@@ -81,7 +81,7 @@ def kernel_family(name: str) -> str:
         ("rms_norm", "rmsnorm"), ("rope_cache", "rotary+cache"), ("rotary", "rotary"),
         ("reshape_and_cache", "cache write"), ("silu_mul", "silu*up"),
         ("silu", "torch elementwise"), ("mul", "torch elementwise"), ("elementwise", "torch elementwise"),
-        ("index", "gather/index"), ("embedding", "gather/index"),
+        ("index", "gather/index"), ("embedding", "gather/index"), ("gather_rows", "gather/index"),
     )
     for key, fam in rules:
         if key in n:
