@@ -5,8 +5,8 @@ sharer: `bench_w4a16.py`), but from 2 to 16 rows the decode step leaves its sums
 (`w4a16.w4a16_accumulate`, RESULTS.md round 13), where a split costs only its atomic adds. This script times that
 form on the Llama decode shapes (g128, symmetric, fp16) over L2-cold weight copies (CUDA-graph replays), under the
 shipped config and a grid around it: either class (``staged``: `rows16`, ``regs``: `rows16_regs`), forced split
-counts, 16-, 32- and 128-column tiles, other stage counts, register caps. Prints one line per (shape, rows) with each config's time and % of
-copy bandwidth, and writes JSON (RESULTS.md round 20).
+counts, 16-, 32- and 128-column tiles, other stage counts, register caps. Prints one line per (shape, rows) with
+each config's time and the best one's % of copy bandwidth, and writes JSON (RESULTS.md round 20).
 Usage: python benchmarks/bench_w4a16_rows_accumulate.py [--rows 16] [--configs base,s16,...] [--out F.json]
 """
 import argparse
@@ -81,7 +81,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s] or SHAPES
     rows = [int(r) for r in args.rows.split(",") if r]
     copy_bw = measure_copy_bandwidth("cuda")
-    res: dict[str, Any] = {"device": torch.cuda.get_device_name(), "uuid": str(torch.cuda.get_device_properties(0).uuid),
+    res: dict[str, Any] = {"device": torch.cuda.get_device_name(),
+                           "uuid": str(torch.cuda.get_device_properties(0).uuid),
                            "copy_GBps": copy_bw / 1e9, "configs": {c: CFGS[c] for c in names}, "rows": []}
     print(res["device"], res["uuid"], f"copy {copy_bw / 1e9:.0f} GB/s", flush=True)
     for k, n in shapes:

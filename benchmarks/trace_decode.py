@@ -46,7 +46,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("trace_decode.py needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
     source = resolve_source(args.model)
-    sizes = LoadSizes(max_batch=args.max_batch or args.batch, max_prompt=args.prompt, max_total=args.prompt + args.new_tokens)
+    sizes = LoadSizes(max_batch=args.max_batch or args.batch, max_prompt=args.prompt,
+                      max_total=args.prompt + args.new_tokens)
     runner = get_backend("rocm").load(source, torch.float16, args.quantization, "cuda", 0, sizes)
     vocab = source.config.vocab_size
     clock = Clock("cuda", host_marks=True)

@@ -31,7 +31,8 @@ def _gather_rows_kernel(table_ptr, index_ptr, out_ptr, width, table_stride, out_
 
 
 def gather_rows_triton(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Launch on a validated table (rows contiguous) and a non-empty 1-D index."""
+    """Launch on a validated table (rows contiguous) and a non-empty 1-D index (made contiguous here if strided)."""
+    index = index if index.stride(0) == 1 else index.contiguous()
     rows, width = index.shape[0], table.shape[1]
     out = torch.empty(rows, width, dtype=table.dtype, device=table.device)
     _gather_rows_kernel[(rows, triton.cdiv(width, BLOCK))](table, index, out, width, table.stride(0), out.stride(0),

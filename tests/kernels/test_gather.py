@@ -25,11 +25,14 @@ def test_gather_rows_matches_index_select(dtype, index_dtype, rows, width, picks
 
 def test_gather_rows_repeats_and_strided_tables():
     """A row picked twice comes out twice; a table whose rows are a column slice of a wider one (row stride above
-    its width) reads its own columns only; the last row of the table is reachable."""
+    its width) reads its own columns only; the last row of the table is reachable; a strided index reads its own
+    elements."""
     wide = torch.arange(6 * 3000, dtype=torch.float32).reshape(6, 3000).half().to(DEVICE)
     table = wide[:, :1500]
     index = torch.tensor([5, 0, 5, 2], device=DEVICE)
     assert torch.equal(gather_rows(table, index).cpu(), table.cpu()[[5, 0, 5, 2]])
+    every_other = torch.tensor([3, 9, 1, 9, 4], device=DEVICE)[::2]  # a strided index view: 3, 1, 4
+    assert torch.equal(gather_rows(table, every_other).cpu(), table.cpu()[[3, 1, 4]])
 
 
 def test_gather_rows_rejects_bad_arguments():
