@@ -7,11 +7,13 @@ form on the Llama decode shapes (g128, symmetric, fp16) over L2-cold weight copi
 shipped config and a grid around it: either class (``staged``: `rows16`, ``regs``: `rows16_regs`), forced split
 counts, 16-, 32- and 128-column tiles, other stage counts, register caps. Prints one line per (shape, rows) with
 each config's time and the best one's % of copy bandwidth, and writes JSON (RESULTS.md round 20).
-Usage: python benchmarks/bench_w4a16_rows_accumulate.py [--rows 16] [--configs base,s16,...] [--out F.json]
+Usage: python benchmarks/bench_w4a16_rows_accumulate.py [--rows 16] [--configs base,staged_s16,...] [--repeat 3]
+       [--out F.json]
 """
 import argparse
 import json
 import os
+import statistics
 import sys
 from typing import Any, Optional
 
@@ -68,6 +70,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--rows", default="16", help="comma list of row counts (2-16)")
     parser.add_argument("--shapes", default="", help="comma list KxN (default: the Llama decode shapes)")
     parser.add_argument("--configs", default=",".join(CFGS), help="comma list of " + ", ".join(CFGS))
+    parser.add_argument("--repeat", type=int, default=1, help="rounds over the configs (each cell: their median)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_w4a16_rows_accumulate needs a GPU (torch.cuda)", file=sys.stderr)
@@ -93,16 +96,22 @@ def main(argv: Optional[list[str]] = None) -> int:
             accs = [torch.zeros(m, n, device="cuda", dtype=torch.float32) for _ in ws]
             floor = call_bytes(w0, m) / copy_bw * 1e6
             row: dict[str, Any] = {"K": k, "N": n, "M": m, "floor_us": floor, "us": {}}
-            for name in names:
-                cfg = config_for(name, m, k, n)
-                try:
-                    us = graph_ms([lambda w=w, a=a: kp.pipelined_matmul(x, w, None, arch, config=cfg,
-                                                                         accumulate_into=a)
-                                   for w, a in zip(ws, accs)]) * 1e3
-                except Exception as exc:  # noqa: BLE001 - a failing config is recorded, not fatal
-                    print(f"{k}x{n} m={m} {name}: error {str(exc)[:200]}", flush=True)
-                    us = float("nan")
-                row["us"][name] = us
+            samples: dict[str, list[float]] = {name: [] for name in names}
+            for _ in range(args.repeat):  # the configs in turn, `repeat` rounds: drift hits every config alike
+                for name in names:
+                    cfg = config_for(name, m, k, n)
+                    try:
+                        us = graph_ms([lambda w=w, a=a: kp.pipelined_matmul(x, w, None, arch, config=cfg,
+                                                                             accumulate_into=a)
+                                       for w, a in zip(ws, accs)]) * 1e3
+                    except Exception as exc:  # noqa: BLE001 - a failing config is recorded, not fatal
+                        print(f"{k}x{n} m={m} {name}: error {str(exc)[:200]}", flush=True)
+                        us = float("nan")
+                    samples[name].append(us)
+            for name, vals in samples.items():
+                row["us"][name] = statistics.median(vals)
+            if args.repeat > 1:
+                row["samples_us"] = samples
             best = min((v, c) for c, v in row["us"].items() if v == v)
             row["best"] = best[1]
             res["rows"].append(row)

@@ -283,8 +283,11 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # pipeliner stages through shared memory with the activations (``cp.async``, num_stages buffers) and reads
     # back in the operand layout: more bytes in flight per program than the register loads, for one
     # shared-memory read per word (RESULTS.md round16). within_waves=False: the split count nearest to the target.
+    # maxnreg (NVIDIA only; AMD's options drop it): ``rows16`` sizes its grid for 6 programs per SM, and 80
+    # registers still fit 6 (65536 / (80 x 128)) where ptxas chose 68 on its own: 1.4-2.1 % faster at 16 rows on
+    # six Llama weights, 0-0.8 % at 8 (H100, four alternating rounds, RESULTS.md round20).
     "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 6, "min_k_tiles": 4,
-               "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "within_waves": False},
+               "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "within_waves": False, "maxnreg": 80},
     "rows16_regs": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 4,
                     "HALF_DEQ": True, "UNROLL": 2},
     "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8,
