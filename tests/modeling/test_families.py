@@ -285,3 +285,25 @@ def test_mixtral_gptq_checkpoint_with_legacy_expert_names_loads(tmp_path):
     am.generation_config.eos_token_id = ref.generation_config.eos_token_id = None
     prompts = random_prompts(2, 5, 20, seed=44)
     assert am.generate(prompts, max_new_tokens=8) == [hf_greedy(ref, p, 8) for p in prompts]
+
+
+def test_only_a_plain_embedding_becomes_a_row_gather():
+    """The engine replaces the embedding's forward by `gather_rows` of its weight only where that forward is a plain
+    lookup: a subclass (Gemma 3 scales inside its own), max_norm (renormalizes rows) or a hook keep the module."""
+    from torch import nn
+
+    from optimum_amdx.modeling.paged_model import _plain_embedding
+
+    plain = nn.Embedding(10, 4)
+    assert _plain_embedding(plain)
+    assert not _plain_embedding(nn.Embedding(10, 4, max_norm=1.0))
+
+    class Scaled(nn.Embedding):
+        def forward(self, ids):
+            return super().forward(ids) * 2.0
+
+    assert not _plain_embedding(Scaled(10, 4))
+    handle = plain.register_forward_hook(lambda module, args, out: out)
+    assert not _plain_embedding(plain)
+    handle.remove()
+    assert _plain_embedding(plain)
