@@ -49,6 +49,8 @@ def _grid() -> dict[str, dict[str, Any]]:
     for split in (4, 8, 16):  # the register-load class with one K tile per step (fewer registers)
         out[f"regs_u1_s{split}"] = {"_class": "rows16_regs", "SPLIT": split, "UNROLL": 1}
     out["regs_w8"] = {"_class": "rows16_regs", "num_warps": 8}
+    for reg in (64, 80, 96, 128):  # the shipped class of the call, under a register cap (17-64 rows: with --flush)
+        out[f"base_r{reg}"] = {"maxnreg": reg}
     return out
 
 
@@ -67,10 +69,12 @@ def config_for(name: str, m: int, k: int, n: int) -> dict[str, Any]:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="w4a16-rows-accumulate.json")
-    parser.add_argument("--rows", default="16", help="comma list of row counts (2-16)")
+    parser.add_argument("--rows", default="16", help="comma list of row counts (2-16; more with --flush)")
     parser.add_argument("--shapes", default="", help="comma list KxN (default: the Llama decode shapes)")
     parser.add_argument("--configs", default=",".join(CFGS), help="comma list of " + ", ".join(CFGS))
     parser.add_argument("--repeat", type=int, default=1, help="rounds over the configs (each cell: their median)")
+    parser.add_argument("--flush", action="store_true", help="time the flushed call (fp16 output, split-K tickets), "
+                        "as from 17 rows on, instead of the accumulating one")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_w4a16_rows_accumulate needs a GPU (torch.cuda)", file=sys.stderr)
@@ -84,7 +88,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s] or SHAPES
     rows = [int(r) for r in args.rows.split(",") if r]
     copy_bw = measure_copy_bandwidth("cuda")
-    res: dict[str, Any] = {"device": torch.cuda.get_device_name(),
+    res: dict[str, Any] = {"device": torch.cuda.get_device_name(), "flush": args.flush,
                            "uuid": str(torch.cuda.get_device_properties(0).uuid),
                            "copy_GBps": copy_bw / 1e9, "configs": {c: CFGS[c] for c in names}, "rows": []}
     print(res["device"], res["uuid"], f"copy {copy_bw / 1e9:.0f} GB/s", flush=True)
@@ -102,7 +106,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     cfg = config_for(name, m, k, n)
                     try:
                         us = graph_ms([lambda w=w, a=a: kp.pipelined_matmul(x, w, None, arch, config=cfg,
-                                                                             accumulate_into=a)
+                                                                             accumulate_into=None if args.flush else a)
                                        for w, a in zip(ws, accs)]) * 1e3
                     except Exception as exc:  # noqa: BLE001 - a failing config is recorded, not fatal
                         print(f"{k}x{n} m={m} {name}: error {str(exc)[:200]}", flush=True)
