@@ -80,8 +80,8 @@ def _chunk_spec(dtype: str) -> CompileSpec:
     )
 
 
-def _row_spec() -> CompileSpec:
-    block = _stage_two_block(triton.cdiv(128256, CHUNK))
+def _row_spec(vocab: int) -> CompileSpec:
+    block = _stage_two_block(triton.cdiv(vocab, CHUNK))
     return CompileSpec(
         name=f"argmax_rows[row,b{block}]",
         kernel=_row_argmax_kernel,
@@ -94,4 +94,9 @@ def _row_spec() -> CompileSpec:
     )
 
 
-AMD_COMPILE_SPECS: list[CompileSpec] = [_chunk_spec("fp16"), _chunk_spec("bf16"), _chunk_spec("fp32"), _row_spec()]
+ROW_SPEC_VOCABS = (32000, 128256, 152064)
+"""Vocabularies whose stage-two block the AMD compile check covers: Llama 2 / Mistral (8 chunks: block 16), Llama 3
+(32: block 32), Qwen 2 / 2.5 (38: block 64). A larger vocabulary compiles its own block unchecked."""
+
+AMD_COMPILE_SPECS: list[CompileSpec] = [_chunk_spec("fp16"), _chunk_spec("bf16"), _chunk_spec("fp32")] + [
+    _row_spec(vocab) for vocab in ROW_SPEC_VOCABS]
