@@ -97,7 +97,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         ws = [w0] + [_clone(w0) for _ in range(l2_cold_copies(w0.qweight.numel() * 4) - 1)]
         for m in rows:
             x = torch.randn(m, k, device="cuda", dtype=torch.float16)
-            accs = [torch.zeros(m, n, device="cuda", dtype=torch.float32) for _ in ws]
+            accs = [None if args.flush else torch.zeros(m, n, device="cuda", dtype=torch.float32) for _ in ws]
             floor = call_bytes(w0, m) / copy_bw * 1e6
             row: dict[str, Any] = {"K": k, "N": n, "M": m, "floor_us": floor, "us": {}}
             samples: dict[str, list[float]] = {name: [] for name in names}
@@ -106,7 +106,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     cfg = config_for(name, m, k, n)
                     try:
                         us = graph_ms([lambda w=w, a=a: kp.pipelined_matmul(x, w, None, arch, config=cfg,
-                                                                             accumulate_into=None if args.flush else a)
+                                                                             accumulate_into=a)
                                        for w, a in zip(ws, accs)]) * 1e3
                     except Exception as exc:  # noqa: BLE001 - a failing config is recorded, not fatal
                         print(f"{k}x{n} m={m} {name}: error {str(exc)[:200]}", flush=True)

@@ -319,7 +319,6 @@ class PagedDecoder:
         base = hf_model.model
         self.embed = base.embed_tokens
         self.embed_scale = parts.embed_scale
-        self._embed_gather = _plain_embedding(self.embed)
         self.final_softcap = parts.final_softcap
         self.layers = [_Layer(p, *parts.rope[p.rope_key]) for p in parts.layers]
         self.norm_w, self.norm_eps = parts.final_norm.weight, parts.final_norm.eps
@@ -530,9 +529,10 @@ class PagedDecoder:
     @torch.inference_mode()
     def forward(self, batch: BatchInputs, cache: PagedKVCache) -> torch.Tensor:
         """Logits [seqs, vocab] for the rows named by `batch.logits_indices`; writes K/V into the cache."""
-        # a plain nn.Embedding is a row gather (`gather_rows`: torch's index_select took 13.5 us for 16 tokens)
+        # a plain nn.Embedding is a row gather (`gather_rows`: torch's index_select took 13.5 us for 16 tokens);
+        # asked each call, so a hook added after the decoder was built still runs
         ids = batch.input_ids
-        h = gather_rows(self.embed.weight, ids) if self._embed_gather else self.embed(ids)
+        h = gather_rows(self.embed.weight, ids) if _plain_embedding(self.embed) else self.embed(ids)
         if self.embed_scale is not None:
             h = h * self.embed_scale
         tokens = h.shape[0]
