@@ -13,7 +13,8 @@ shapes (g128 fp16, the accumulating form of `w4a16.w4a16_accumulate`, CUDA-graph
   * ``attn+o`` against ``attn||touch+o``: per layer, the decode attention (Llama-3-8B heads, 16 sequences,
     512 cached tokens, its own cache per layer) and then the o projection (4096x4096), without and with the
     touch of that layer's o weight on a second stream beside the attention (fork before, join after);
-  * ``attn_pf+o``: the attention prefetching that layer's o weight into L2 itself (`unified_attention(prefetch=)`).
+  * the attention prefetching that layer's o weight into L2 itself (``prefetch.global.L2::evict_last``, at its
+    programs' start or end) was measured with the code of commit 140a69f (RESULTS.md round 21) and removed.
 
 Prints one line per cell and writes JSON.
 Usage: python benchmarks/bench_w4a16_l2_prefetch.py [--rows 1,16] [--layers 8] [--out F.json]
@@ -125,11 +126,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     acc = torch.zeros(16, 4096, device="cuda", dtype=torch.float32)
     side = torch.cuda.Stream()
 
-    def attn(d, o, pf=None):
-        return unified_attention(**d, max_query_len=1, max_seq_len=args.ctx, out=o, prefetch=pf)
+    def attn(d, o):
+        return unified_attention(**d, max_query_len=1, max_seq_len=args.ctx, out=o)
 
-    def serial(d, o, w, pf=False):
-        attn(d, o, w.qweight if pf else None)
+    def serial(d, o, w):
+        attn(d, o)
         w4a16_accumulate(o.view(16, 4096), w, acc)
 
     def overlapped(d, o, w, p, evict):
@@ -144,15 +145,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     row: dict[str, Any] = {"layers": args.layers, "ctx": args.ctx}
     row["attn_us"] = graph_ms([lambda d=d, o=o: attn(d, o) for (d, _), o in zip(layers, outs)]) * 1e3
     row["attn+o_us"] = graph_ms([lambda d=d, o=o, w=w: serial(d, o, w) for (d, w), o in zip(layers, outs)]) * 1e3
-    from optimum_amdx.kernels import _paged_attention_triton as pat
-    for rnd in range(4):  # the attention prefetching the o weight into L2 (`prefetch=`), alternated with the plain form
-        pat._PF_LAST[0] = rnd % 2 == 1
-        row[f"attn_pf_us#{rnd}"] = graph_ms([lambda d=d, o=o, w=w: attn(d, o, w.qweight)
-                                             for (d, w), o in zip(layers, outs)]) * 1e3
-        row[f"attn_pf+o_us#{rnd}"] = graph_ms([lambda d=d, o=o, w=w: serial(d, o, w, True)
-                                               for (d, w), o in zip(layers, outs)]) * 1e3
-        row[f"attn+o_us#{rnd}"] = graph_ms([lambda d=d, o=o, w=w: serial(d, o, w)
-                                            for (d, w), o in zip(layers, outs)]) * 1e3
     for p in programs:
         for evict in (True, False):
             key = f"attn||touch{p}{'' if evict else '_noevict'}+o_us"

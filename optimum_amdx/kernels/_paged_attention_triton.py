@@ -29,7 +29,6 @@ import torch
 import triton
 import triton.language as tl
 
-from optimum_amdx.kernels._l2_prefetch import l2_prefetch, l2_prefetch_enabled, prefetch_plan
 from optimum_amdx.kernels._pdl import pdl_begin
 from optimum_amdx.kernels.compile_spec import CompileSpec, grouped_specs
 from optimum_amdx.kernels.runtime import (
@@ -43,7 +42,6 @@ from optimum_amdx.kernels.runtime import (
 from optimum_amdx.kernels.triton_compat import PINNED_COMPILE_OPTIONS
 
 LOG2E = 1.4426950408889634
-_PF_LAST = [False]
 
 
 # ---- launch configs, keyed by arch family (runtime.arch_family). AMD (CDNA, wave64, 64 KiB LDS per
@@ -340,9 +338,6 @@ def _unified_attention_kernel(
     stride_ot,
     stride_oh,
     stride_bt,
-    prefetch_ptr,
-    prefetch_per_program,
-    prefetch_lines,
     NUM_QPK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_Q: tl.constexpr,
@@ -360,12 +355,7 @@ def _unified_attention_kernel(
     SEQS_PAD: tl.constexpr = 0,
     HEADS_FIRST: tl.constexpr = False,
     RUNS: tl.constexpr = False,
-    PREFETCH: tl.constexpr = 0,
-    PREFETCH_LAST: tl.constexpr = False,
 ):
-    if PREFETCH > 0 and not PREFETCH_LAST:  # the next kernel's weight into L2 (`_l2_prefetch`, NVIDIA only): its bytes, not ours
-        pid = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2)
-        l2_prefetch(prefetch_ptr, pid, prefetch_per_program, prefetch_lines, PREFETCH)
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
         pdl_begin()
     # HEADS_FIRST (prompt and mixed steps): grid axis 0 is the KV head, so programs are dispatched query
@@ -454,9 +444,6 @@ def _unified_attention_kernel(
             BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True, USE_WINDOW, USE_SOFTCAP, first_page, RUNS,
         )
 
-    if PREFETCH > 0 and PREFETCH_LAST:
-        pid = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2)
-        l2_prefetch(prefetch_ptr, pid, prefetch_per_program, prefetch_lines, PREFETCH)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     result = acc / l_safe[:, None]
     store_mask = row_valid[:, None] & d_mask[None, :]
@@ -603,11 +590,10 @@ def unified_attention_triton(
     softcap: float | None = None,
     fused_reduce: bool | None = None,
     first_pages: torch.Tensor | None = None,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one.
 
-    first_pages, prefetch: see `paged_attention.unified_attention`.
+    first_pages: see `paged_attention.unified_attention`.
 
     fused_reduce: with splits, the last split program of each (query block, KV head) combines them in
     the same launch (when `split_counters` can serve it) instead of a second kernel. Off unless asked:
@@ -651,11 +637,6 @@ def unified_attention_triton(
         part_out = part_lse = out
     seqs_pad = next_pow2(num_seqs) if not one_token and num_seqs <= seqs_vector_max(family) else 0
     grid = (num_kv_heads, num_q_blocks, num_splits) if not one_token else (num_q_blocks, num_kv_heads, num_splits)
-    prefetch_block = 0
-    per_program = lines = 0
-    if prefetch is not None and l2_prefetch_enabled(q):
-        per_program, lines = prefetch_plan(prefetch.numel() * prefetch.element_size(), math.prod(grid))
-        prefetch_block = 32 * launch.get("num_warps", 4)
     _unified_attention_kernel[grid](
         q, k_cache, v_cache, out, part_out, part_lse, counters if counters is not None else seq_lens,
         block_tables, seq_lens, query_start_loc, first_pages if first_pages is not None else seq_lens,
@@ -665,12 +646,11 @@ def unified_attention_triton(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         out.stride(0), out.stride(1), block_tables.stride(0),
-        prefetch if prefetch_block else seq_lens, per_program, lines,
         NUM_QPK=num_qpk, BLOCK_M=block_m, BLOCK_Q=block_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
         BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
         NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), FUSED_REDUCE=counters is not None,
         SPLITS_PAD=next_pow2(num_splits), PDL=pdl, ONE_TOKEN=one_token, SEQS_PAD=seqs_pad, HEADS_FIRST=not one_token,
-        RUNS=first_pages is not None, PREFETCH=prefetch_block, PREFETCH_LAST=_PF_LAST[0],
+        RUNS=first_pages is not None,
         launch_pdl=pdl, **launch,
         **PINNED_COMPILE_OPTIONS,
     )
@@ -696,7 +676,7 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
         "q_ptr": ptr, "k_cache_ptr": ptr, "v_cache_ptr": ptr, "out_ptr": ptr,
         "part_out_ptr": "*fp32" if num_splits > 1 else ptr, "part_lse_ptr": "*fp32" if num_splits > 1 else ptr,
         "counter_ptr": "*i32", "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "qsl_ptr": "*i32",
-        "first_pages_ptr": "*i32", "prefetch_ptr": "*i32", "prefetch_per_program": "i32", "prefetch_lines": "i32",
+        "first_pages_ptr": "*i32",
         "qk_scale": "fp32", "softcap_log2": "fp32", "sliding_window": "i32", "num_seqs": "i32", "num_heads": "i32",
         **{s: "i32" for s in ("stride_qt", "stride_qh", "stride_kb", "stride_ks", "stride_kh", "stride_vb",
                               "stride_vs", "stride_vh", "stride_ot", "stride_oh", "stride_bt")},

@@ -129,7 +129,6 @@ def unified_attention(
     softcap: float | None = None,
     fused_reduce: bool | None = None,
     first_pages: torch.Tensor | None = None,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal GQA attention of varlen-packed queries over a paged KV cache.
 
@@ -153,10 +152,6 @@ def unified_attention(
     of every K/V tile (a lone 512-token prompt's attention about 10 % faster on an H200; benchmarks/RESULTS.md
     round 15). The result is the same; the engine passes it for a lone prompt whose blocks form a run
     (`runner.blocks_run_from`).
-
-    prefetch: optional read-only tensor the next kernel reads (a W4A16 weight's packed words): on NVIDIA the
-    attention's programs bring its bytes into L2 while they run (`_l2_prefetch`); ignored elsewhere. The
-    result is the same.
     """
     check_qkv(q, k_cache, v_cache, kv_head_dim=2)
     if softcap is not None and not softcap > 0:
@@ -173,7 +168,7 @@ def unified_attention(
         return unified_attention_triton(
             q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
             softmax_scale, sliding_window, out, num_splits, tensor_family(q), softcap=softcap,
-            fused_reduce=fused_reduce, first_pages=first_pages, prefetch=prefetch,
+            fused_reduce=fused_reduce, first_pages=first_pages,
         )
     return unified_attention_reference(
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
