@@ -328,6 +328,10 @@ def parse_configs(spec: str) -> list[tuple[str, dict[str, int]]]:
     return out
 
 
+PIPELINED_ONLY_KNOBS = frozenset({"SCALE_AFTER"})
+"""Knobs that only the pipelined GEMM's configs take (the other routes' kernels have no such parameter)."""
+
+
 @contextlib.contextmanager
 def knob_on_routes(key: str, value: str) -> Iterator[None]:
     """`key` = `value` (``K1+K2`` = ``a+b`` for several) in the shipped configs of the one-row, few-row and
@@ -336,11 +340,14 @@ def knob_on_routes(key: str, value: str) -> Iterator[None]:
     from optimum_amdx.kernels import _w4a16_rows_ptx as kr
     from optimum_amdx.kernels import _w4a16_triton as kt
 
-    tables = [kt.STREAM_CONFIGS[kt._family(device_arch())][1], kr.ROWS_CONFIG, *kp.PIPELINED_CONFIGS.values()]
+    pipelined = list(kp.PIPELINED_CONFIGS.values())
+    tables = [kt.STREAM_CONFIGS[kt._family(device_arch())][1], kr.ROWS_CONFIG, *pipelined]
     saved = [dict(t) for t in tables]
     try:
         for t in tables:
             for k, v in zip(key.split("+"), str(value).split("+")):
+                if k in PIPELINED_ONLY_KNOBS and not any(t is p for p in pipelined):
+                    continue
                 t[k] = int(v)
         yield
     finally:

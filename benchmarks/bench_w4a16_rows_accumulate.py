@@ -51,6 +51,17 @@ def _grid() -> dict[str, dict[str, Any]]:
     out["regs_w8"] = {"_class": "rows16_regs", "num_warps": 8}
     for reg in (64, 80, 96, 128):  # the shipped class of the call, under a register cap (17-64 rows: with --flush)
         out[f"base_r{reg}"] = {"maxnreg": reg}
+    # the tile's dot of q - z scaled after it (SCALE_AFTER: one group per tile, one K tile per step)
+    out["base_sa"] = {"SCALE_AFTER": True}
+    out["base_nosa"] = {"SCALE_AFTER": False}
+    out["staged_sa"] = {"_class": "rows16", "SCALE_AFTER": True}
+    out["staged_nosa"] = {"_class": "rows16", "SCALE_AFTER": False}
+    out["staged_sa_s1"] = {"_class": "rows16", "SCALE_AFTER": True, "SPLIT": 1}
+    out["staged_sa_ww"] = {"_class": "rows16", "SCALE_AFTER": True, "within_waves": True}
+    out["staged_sa_r72"] = {"_class": "rows16", "SCALE_AFTER": True, "maxnreg": 72}
+    out["staged_sa_w7"] = {"_class": "rows16", "SCALE_AFTER": True, "waves": 7, "maxnreg": 72}
+    out["regs_u1"] = {"_class": "rows16_regs", "UNROLL": 1}
+    out["regs_u1_sa"] = {"_class": "rows16_regs", "UNROLL": 1, "SCALE_AFTER": True}
     return out
 
 

@@ -50,7 +50,7 @@ from ._w4a16_gemm_triton import (E7_BITS, TILE, _dequant_tile, _workspace, _writ
 from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
 from .compile_spec import CompileSpec
 from .runtime import compute_units
-from .w4a16 import LONG_K, PIPELINED_MIN_WEIGHT, WIDE_N
+from .w4a16 import LONG_K, WIDE_N
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -101,6 +101,23 @@ mul.rn.f16x2 $1, o, $5;
 }}"""
 
 
+def _planes_q_asm(sel: str) -> str:
+    """`_planes_asm` without the multiply by the scale: the planes hold q - z exactly (``SCALE_AFTER``)."""
+    return f"""{{
+.reg .b32 t, e, o, c16;
+prmt.b32 t, $2, $3, {sel};
+mov.b32 c16, 0x2C002C00;
+lop3.b32 e, t, 0x000F000F, 0x64006400, 0xea;
+lop3.b32 o, t, 0x00F000F0, 0x64006400, 0xea;
+add.rn.f16x2 $0, e, $4;
+fma.rn.f16x2 $1, o, c16, $5;
+}}"""
+
+
+_PLANES_Q_ASM_0 = tl.constexpr(_planes_q_asm("0x4400"))
+_PLANES_Q_ASM_1 = tl.constexpr(_planes_q_asm("0x5511"))
+_PLANES_Q_ASM_2 = tl.constexpr(_planes_q_asm("0x6622"))
+_PLANES_Q_ASM_3 = tl.constexpr(_planes_q_asm("0x7733"))
 _PLANES_ASM_0 = tl.constexpr(_planes_asm("0x4400"))  # byte b of each word into bytes 0 and 2
 _PLANES_ASM_1 = tl.constexpr(_planes_asm("0x5511"))
 _PLANES_ASM_2 = tl.constexpr(_planes_asm("0x6622"))
@@ -115,6 +132,53 @@ def _planes(words, s_e, s_o, zl, zh, ASM: tl.constexpr):
     MMA operand needs."""
     return tl.inline_asm_elementwise(ASM, "=r,=r,r,r,r,r,r,r", [words, s_e, s_o, zl, zh],
                                      dtype=(tl.float16, tl.float16), is_pure=True, pack=2)
+
+
+@triton.jit
+def _planes_q(words, zl, zh, ASM: tl.constexpr):
+    """`_planes` without the scale: q - z of planes 2b and 2b + 1 (ASM: `_PLANES_Q_ASM_<b>`)."""
+    return tl.inline_asm_elementwise(ASM, "=r,=r,r,r,r,r", [words, zl, zh], dtype=(tl.float16, tl.float16),
+                                     is_pure=True, pack=2)
+
+
+@triton.jit
+def _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
+                    HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX: tl.constexpr = True):
+    """(``(q - z)^T`` [BLOCK_N, 128] fp16, exact; the tile's float32 scales [BLOCK_N]) of K tile k0 of a layout
+    with one scale group per tile (``SCALE_AFTER``): the caller scales the tile's dot product instead of every
+    weight, which drops the two multiplies of each `_planes` (1.25 instead of 1.75 instructions per weight)."""
+    s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+    shape: tl.constexpr = [BLOCK_N, 16]
+    zl = tl.broadcast_to((-1024.0 - z).to(tl.float16), shape)
+    zh = tl.broadcast_to((-64.0 - z).to(tl.float16), shape)
+    if PTX:
+        w0, w1 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_0)
+        w2, w3 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_1)
+        w4, w5 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_2)
+        w6, w7 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_3)
+    else:
+        lo = packed.to(tl.int16)
+        hi = (packed >> 16).to(tl.int16)
+        lo8 = lo >> 8
+        hi8 = hi >> 8
+        w0, w1 = _plane_lo_q(lo, zl), _plane_hi_q(lo, zh)
+        w2, w3 = _plane_lo_q(lo8, zl), _plane_hi_q(lo8, zh)
+        w4, w5 = _plane_lo_q(hi, zl), _plane_hi_q(hi, zh)
+        w6, w7 = _plane_lo_q(hi8, zl), _plane_hi_q(hi8, zh)
+    wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
+    return tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128]), tl.reshape(s, [BLOCK_N])
+
+
+@triton.jit
+def _plane_lo_q(h, zl):
+    """`_plane_lo` without the scale: q - z exactly."""
+    return ((h & 0x000F) | 0x6400).to(tl.float16, bitcast=True) + zl
+
+
+@triton.jit
+def _plane_hi_q(h, zh):
+    """`_plane_hi` without the scale: q - z exactly."""
+    return (((h & 0x00F0) | 0x6400).to(tl.float16, bitcast=True)) * 0.0625 + zh
 
 
 @triton.jit
@@ -221,6 +285,7 @@ def _w4a16_pipelined_kernel(
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, HALF_DEQ: tl.constexpr = False,
     UNROLL: tl.constexpr = 1, ACCUM: tl.constexpr = False, PTX_DEQ: tl.constexpr = True,
+    SCALE_AFTER: tl.constexpr = False,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -261,6 +326,14 @@ def _w4a16_pipelined_kernel(
                                  CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ, PTX_DEQ)
             wt = tl.reshape(tl.permute(tl.join(wa, wb), (0, 2, 1)), [BLOCK_N, 256])
             acc = tl.dot(wt, x_t, acc)
+    elif SCALE_AFTER:  # one group per tile, fp16: the dot of q - z, then the tile's scales on its sums
+        for kt in range(kt0, kt1):
+            k0 = kt * 128
+            packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
+            x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
+            wq, s_n = _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, HAS_ZEROS, EVEN_K,
+                                      EVEN_N, PTX_DEQ)
+            acc += tl.dot(wq, x_t) * s_n[:, None]
     else:
         for kt in range(kt0, kt1):
             k0 = kt * 128
@@ -285,15 +358,22 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # shared-memory read per word (RESULTS.md round16). within_waves=False: the split count nearest to the target.
     # maxnreg (NVIDIA only; AMD's options drop it): ``rows16`` sizes its grid for 6 programs per SM, and 80
     # registers still fit 6 (65536 / (80 x 128)) where ptxas chose 68 on its own: 1.4-2.1 % faster at 16 rows on
-    # six Llama weights, 0-0.8 % at 8 (H100, four alternating rounds, RESULTS.md round20).
+    # six Llama weights, 0-0.8 % at 8 (H100, four alternating rounds, RESULTS.md round20). "overflow_maxnreg": the
+    # cap when the grid outgrows ``waves`` programs per SM (the nearest split count rounded up: 4096 x 28672 makes
+    # 896 programs on 132 SMs), so that 7 fit and the call stays one wave (RESULTS.md round21: 27.4 against 33.6 us).
+    # SCALE_AFTER (fp16, one scale group per K tile, one K tile per step; `_scale_after`): the tile's dot product
+    # of q - z is scaled, not every weight: 1.25 instead of 1.75 dequantization instructions per weight, and 3-11 %
+    # faster at 2-32 rows on the Llama weights (H100, RESULTS.md round21); from 33 rows the second accumulator costs
+    # a program per SM (142 registers in ``rows64``) and the wide weights lost 14-18 %.
     "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 6, "min_k_tiles": 4,
-               "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "within_waves": False, "maxnreg": 80},
+               "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "within_waves": False, "maxnreg": 80,
+               "overflow_maxnreg": 72, "SCALE_AFTER": True},
     "rows16_regs": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 4,
                     "HALF_DEQ": True, "UNROLL": 2},
     "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8,
                "HALF_DEQ": True, "UNROLL": 2},
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
-                 "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False},
+                 "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "SCALE_AFTER": True},
     "rows64": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
                "HALF_DEQ": True, "PTX_LOADS": False},
     "rows64_n128": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2, "min_k_tiles": 16,
@@ -337,8 +417,9 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
     twin of the class below through `amd_config`, any other the class itself).
 
     - Up to 16 rows: 16-row tiles; fp16 stages the words through shared memory (``rows16``: 1.00-1.24x on the
-      Llama projections, RESULTS.md round16) except on a weight of at most `w4a16.PIPELINED_MIN_WEIGHT` elements
-      (4096x4096: staged was 3-6 % slower), which keeps the register loads (``rows16_regs``).
+      Llama projections, RESULTS.md round16; on 4096x4096, where the register loads of ``rows16_regs`` had been
+      3-6 % faster, the staged class with its scaled dot products ties them at 2-8 rows and is 5 % faster at 16,
+      round21); bf16 keeps the register loads.
     - 17-32 rows: 32-row tiles, staged on narrow outputs (under `w4a16.WIDE_N`, split along K further) and in
       registers on wide ones (staged was mixed there).
     - 33 rows and more: 64-row tiles, staged: 64 columns wide, or 128 on outputs of at least `WIDE_TILE_N`
@@ -357,7 +438,7 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
     sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0), and the 64 x 64 tile runs instead."""
     narrow = n < WIDE_N
     if m <= 16:
-        name = "rows16" if half and k * n > PIPELINED_MIN_WEIGHT else "rows16_regs"
+        name = "rows16" if half else "rows16_regs"
     elif m <= 32:
         name = "narrow32" if narrow else "rows32"
     elif not half and m > 128:
@@ -377,9 +458,23 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
 
 def float32_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """`cfg` as bf16 activations run it: the float32 dequantization, one K tile per step, register word loads."""
-    out = {key: v for key, v in cfg.items() if key != "PTX_LOADS"}
+    out = {key: v for key, v in cfg.items() if key not in ("PTX_LOADS", "SCALE_AFTER")}
     out.update(HALF_DEQ=False, UNROLL=1)
     return out
+
+
+def fit_wave(cfg: dict[str, Any], programs: int, cus: int) -> dict[str, Any]:
+    """`cfg` for a grid of `programs` on `cus` SMs: its ``overflow_maxnreg`` register cap (NVIDIA) replaces
+    ``maxnreg`` when the grid outgrows ``waves`` programs per SM, so one more fits and the call stays one wave."""
+    if "overflow_maxnreg" in cfg and programs > cfg.get("waves", 1) * cus:
+        return {**cfg, "maxnreg": cfg["overflow_maxnreg"]}
+    return cfg
+
+
+def _scale_after(cfg: dict[str, Any], half: bool, chunks: int) -> bool:
+    """Whether a launch of `cfg` scales each K tile's dot product instead of each weight (``SCALE_AFTER``): asked
+    by the config, fp16 activations (the fp16 planes), one scale group per tile, one tile per step."""
+    return bool(cfg.get("SCALE_AFTER", False)) and half and chunks == 1 and cfg.get("UNROLL", 1) == 1
 
 
 def pipelined_eligible(arch: str, w: "W4A16Weight", dtype: Optional[torch.dtype] = None) -> bool:
@@ -423,6 +518,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     x_src = gather_x(x2, w, True) if w.perm is not None or k % TILE else x2
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     splits, per = split_k(tiles, 1, w.k_tiles, cfg, compute_units(x2.device))
+    cfg = fit_wave(cfg, tiles * splits, compute_units(x2.device))
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles; an
     # accumulator is its own workspace and needs no tickets
     ws, cnt = _workspace(x2.device, n, m) if splits > 1 and not accumulate else (out, out)
@@ -434,7 +530,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=nvidia and bool(cfg.get("PTX_LOADS", True)),
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and half, UNROLL=int(cfg.get("UNROLL", 1)), ACCUM=accumulate,
-        PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)), **launch_options(cfg, arch),
+        PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)),
+        SCALE_AFTER=_scale_after(cfg, half, _chunks(gs)), **launch_options(cfg, arch),
     )
     return out
 
@@ -460,7 +557,7 @@ def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool) 
     cons = {"GROUP_SIZE": group, "CHUNKS": _chunks(group), "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
             "GROUP_M": 8, "SPLIT": 2, "HAS_ZEROS": zeros, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True,
             "PTX_LOADS": cfg["PTX_LOADS"], "HALF_DEQ": cfg["HALF_DEQ"], "UNROLL": 1, "ACCUM": accum,
-            "PTX_DEQ": cfg["PTX_DEQ"]}
+            "PTX_DEQ": cfg["PTX_DEQ"], "SCALE_AFTER": _scale_after(cfg, True, _chunks(group))}
     sig.update({c: "constexpr" for c in cons})
     tag = ("asym" if zeros else "sym") + (",accum" if accum else "") + (",rdna3" if family_name == "rdna3" else "")
     return CompileSpec(

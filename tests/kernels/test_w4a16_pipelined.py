@@ -42,7 +42,7 @@ def test_pipelined_route_targets():
 def test_amd_configs_are_the_portable_form():
     """An AMD family runs the Hopper classes as `AMD_CLASSES` maps them, with plain word loads, the portable fp16
     dequantization, one K tile per step and two stages; gfx1100 only the 16-row tile (no scratch there)."""
-    from optimum_amdx.kernels._w4a16_pipelined_triton import AMD_CLASSES, pipelined_config
+    from optimum_amdx.kernels._w4a16_pipelined_triton import AMD_CLASSES, float32_config, pipelined_config
 
     for family in AMD_CLASSES:
         for m, k, n in ((2, 4096, 4096), (16, 4096, 28672), (24, 4096, 28672), (48, 14336, 4096), (200, 4096, 28672)):
@@ -53,7 +53,8 @@ def test_amd_configs_are_the_portable_form():
                 assert cfg["BLOCK_M"] <= (64 if family == "cdna" else 16)
                 assert ("matrix_instr_nonkdim" in cfg) == (family == "cdna")
     assert pipelined_config(200, 4096, 28672, 1, False, "cdna")["BLOCK_M"] == 64  # no 256-row tile in 64 KiB
-    assert pipelined_config(16, 4096, 4096, 1, True, "hopper") == PIPELINED_CONFIGS["rows16_regs"]
+    assert pipelined_config(16, 4096, 4096, 1, True, "hopper") == PIPELINED_CONFIGS["rows16"]
+    assert pipelined_config(16, 4096, 4096, 1, False, "hopper") == float32_config(PIPELINED_CONFIGS["rows16_regs"])
 
 
 
@@ -83,7 +84,8 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
                 "EVEN_N": True, "PTX_LOADS": cfg.get("PTX_LOADS", True), "HALF_DEQ": cfg.get("HALF_DEQ", False),
-                "UNROLL": cfg.get("UNROLL", 1), "ACCUM": False, "PTX_DEQ": True}
+                "UNROLL": cfg.get("UNROLL", 1), "ACCUM": False, "PTX_DEQ": True,
+                "SCALE_AFTER": kp._scale_after(cfg, cfg.get("HALF_DEQ", False), chunks)}
         s = dict(sig, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
         c = triton.compile(ASTSource(fn=kp._w4a16_pipelined_kernel, signature=s, constexprs=cons, attrs=attrs),
@@ -95,6 +97,7 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
         usage = subprocess.run([cuobjdump, "-res-usage", "kernel.cubin"], capture_output=True, text=True,
                                check=True).stdout
         seen.append({"config": name, "half": cons["HALF_DEQ"], "ptx_loads": cons["PTX_LOADS"],
+                     "scale_after": cons["SCALE_AFTER"], "f16x2_adds": c.asm["ptx"].count("add.rn.f16x2"),
                      "f16x2_muls": c.asm["ptx"].count("mul.rn.f16x2"), "wgmma": ir.count("ttng.warp_group_dot "),
                      "async_copies": ir.count("ttg.async_copy_global_to_local"), "local_loads": ir.count("ttg.local_load"),
                      "stack": [int(v) for v in re.findall(r"STACK:(\d+)", usage)]})
@@ -105,8 +108,8 @@ print(json.dumps(seen))
 def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers():
     """Compiled in a fresh process with the interpreter off. What makes the kernel worth having: the
     activations are staged by asynchronous copies (pipelined), the dequantized weight feeds ``wgmma``
-    straight from registers, the fp16 configs dequantize with the packed fp16 asm, and nothing spills.
-    With PTX word loads nothing goes through shared memory but the activations (no ``local_load``); the
+    straight from registers, the fp16 configs dequantize with the packed fp16 asm (without its multiplies where
+    a config scales each tile's dot product: `SCALE_AFTER`), and nothing spills. With PTX word loads nothing goes through shared memory but the activations (no ``local_load``); the
     configs with plain word loads have their words staged too (more asynchronous copies) and read back."""
     import json
 
@@ -118,7 +121,8 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
     for b in builds:
         assert b["wgmma"] >= 1, b
         assert b["async_copies"] >= 2, b  # at least double-buffered activations
-        assert (b["f16x2_muls"] > 0) == b["half"], b
+        assert (b["f16x2_adds"] > 0) == b["half"], b  # the fp16 planes
+        assert (b["f16x2_muls"] > 0) == (b["half"] and not b["scale_after"]), b  # scaled per weight, or per tile
         if b["ptx_loads"]:
             assert b["local_loads"] == 0, b  # the weight operand never goes through shared memory
         else:
@@ -130,8 +134,8 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
 
 def test_pipelined_configs_and_k_splits():
     from optimum_amdx.kernels._w4a16_gemm_triton import split_k
-    from optimum_amdx.kernels._w4a16_pipelined_triton import (PIPELINED_CONFIGS, WIDE_TILE_N, float32_config,
-                                                           pipelined_config)
+    from optimum_amdx.kernels._w4a16_pipelined_triton import (PIPELINED_CONFIGS, WIDE_TILE_N, fit_wave,
+                                                           float32_config, pipelined_config)
     from optimum_amdx.kernels.w4a16 import LONG_K
 
     n_wide, n_narrow = 14336, 4096
@@ -150,16 +154,21 @@ def test_pipelined_configs_and_k_splits():
         cfg = pipelined_config(m, k, n)
         assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"]) == (64, 128, 8), (m, k, n)
     assert pipelined_config(128, 4096, WIDE_TILE_N - 1)["BLOCK_N"] == 64
-    # up to 16 rows of fp16 on a weight above 4096 x 4096: words staged through shared memory, one K tile per
-    # step, the nearest split count; 4096 x 4096 and bf16 keep the register loads
+    # up to 16 rows of fp16: words staged through shared memory, one K tile per step, the nearest split count,
+    # each tile's dot product scaled; bf16 keeps the register loads
     staged = pipelined_config(16, 4096, n_wide)
     assert staged["PTX_LOADS"] is False and staged["UNROLL"] == 1 and staged["within_waves"] is False
-    assert pipelined_config(16, 4096, 4096) == PIPELINED_CONFIGS["rows16_regs"]
+    assert staged["SCALE_AFTER"] and pipelined_config(16, 4096, 4096) == staged
     assert pipelined_config(16, 4096, n_wide, half=False).get("PTX_LOADS", True)
+    assert "SCALE_AFTER" not in pipelined_config(16, 4096, n_wide, half=False)
     assert split_k(448, 1, 32, staged, 132) == (2, 16)  # 4096 x 28672: 896 programs, the nearest to 6 per SM
     assert split_k(64, 1, 112, staged, 132) == (12, 10)  # 14336 x 4096
-    # bf16 takes the float32 dequantization with the same tiles, one K tile per step
-    for m, k, n in ((16, 4096, 4096), (32, 4096, n_wide), (32, 4096, n_narrow), (100, 4096, n_wide),
+    # a grid past 6 programs per SM takes the register cap that fits 7 (one wave); within it the cap stays 80
+    assert fit_wave(staged, 896, 132)["maxnreg"] == 72 and fit_wave(staged, 768, 132) is staged
+    assert fit_wave(PIPELINED_CONFIGS["rows64"], 10**6, 132) is PIPELINED_CONFIGS["rows64"]
+    # bf16 takes the float32 dequantization with the same tiles, one K tile per step (up to 16 rows the register
+    # loads of ``rows16_regs``, above)
+    for m, k, n in ((32, 4096, n_wide), (32, 4096, n_narrow), (100, 4096, n_wide),
                     (100, LONG_K + 1, n_narrow)):
         half, f32 = pipelined_config(m, k, n), pipelined_config(m, k, n, half=False)
         assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and f32["UNROLL"] == 1
@@ -209,12 +218,16 @@ def _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
 
 _SPLIT = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 2}
 _HALF = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 2, "HALF_DEQ": True}
+_SCALE_AFTER = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 2, "HALF_DEQ": True,
+                "SCALE_AFTER": True}
+"""The tile's dot of q - z scaled after it (layouts of one group per tile; others ignore the flag)."""
 _UNROLL = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 3, "UNROLL": 2, "HALF_DEQ": True}
 """Two K tiles per iteration; three splits make odd tile counts per split (the zero-masked second tile)."""
 
 
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
-@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT, _UNROLL])
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT, _UNROLL,
+                                 _SCALE_AFTER])
 def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order, fmt, cfg):
     """Under the interpreter the words come from plain loads (it runs no asm); everything else of the
     kernel (group lookups, zeros, act-order gather, ragged K/N, split-K tickets, bias) is checked."""
@@ -227,7 +240,7 @@ def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order,
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the kernel is inline PTX)")
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
 @pytest.mark.parametrize("m", [1, 20, 130, 300])
-@pytest.mark.parametrize("cfg", [None, _SPLIT, _HALF, _UNROLL])
+@pytest.mark.parametrize("cfg", [None, _SPLIT, _HALF, _UNROLL, _SCALE_AFTER])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_pipelined_kernel_matches_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
     _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype)
