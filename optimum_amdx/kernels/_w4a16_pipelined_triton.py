@@ -363,8 +363,9 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # 896 programs on 132 SMs), so that 7 fit and the call stays one wave (RESULTS.md round21: 27.4 against 33.6 us).
     # SCALE_AFTER (fp16, one scale group per K tile, one K tile per step; `_scale_after`): the tile's dot product
     # of q - z is scaled, not every weight: 1.25 instead of 1.75 dequantization instructions per weight, and 3-11 %
-    # faster at 2-32 rows on the Llama weights (H100, RESULTS.md round21); from 33 rows the second accumulator costs
-    # a program per SM (142 registers in ``rows64``) and the wide weights lost 14-18 %.
+    # faster at 2-32 rows on the Llama weights (H100, RESULTS.md round21). In ``rows64`` the second accumulator
+    # takes 142 registers (3 programs of 4 warps per SM, 4 without it): "scale_after_waves" keeps it to grids that
+    # fit 3 per SM (4096x4096 and 4096x6144 at 64 rows, 6-10 % faster; 14336x4096's 512 programs lost 18 %).
     "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 6, "min_k_tiles": 4,
                "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "within_waves": False, "maxnreg": 80,
                "overflow_maxnreg": 72, "SCALE_AFTER": True},
@@ -375,7 +376,7 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
                  "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "SCALE_AFTER": True},
     "rows64": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
-               "HALF_DEQ": True, "PTX_LOADS": False},
+               "HALF_DEQ": True, "PTX_LOADS": False, "SCALE_AFTER": True, "scale_after_waves": 3},
     "rows64_n128": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2, "min_k_tiles": 16,
                     "HALF_DEQ": True, "PTX_LOADS": False},
     "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},  # bf16 only
@@ -471,10 +472,13 @@ def fit_wave(cfg: dict[str, Any], programs: int, cus: int) -> dict[str, Any]:
     return cfg
 
 
-def _scale_after(cfg: dict[str, Any], half: bool, chunks: int) -> bool:
-    """Whether a launch of `cfg` scales each K tile's dot product instead of each weight (``SCALE_AFTER``): asked
-    by the config, fp16 activations (the fp16 planes), one scale group per tile, one tile per step."""
-    return bool(cfg.get("SCALE_AFTER", False)) and half and chunks == 1 and cfg.get("UNROLL", 1) == 1
+def _scale_after(cfg: dict[str, Any], half: bool, chunks: int, programs: int = 0, cus: int = 1) -> bool:
+    """Whether a launch of `cfg` over `programs` programs on `cus` SMs scales each K tile's dot product instead of
+    each weight (``SCALE_AFTER``): asked by the config, fp16 activations (the fp16 planes), one scale group per
+    tile, one tile per step, and a grid within the config's ``scale_after_waves`` programs per SM where it names
+    one (the second accumulator's registers leave fewer programs per SM)."""
+    return (bool(cfg.get("SCALE_AFTER", False)) and half and chunks == 1 and cfg.get("UNROLL", 1) == 1
+            and programs <= cfg.get("scale_after_waves", programs) * cus)
 
 
 def pipelined_eligible(arch: str, w: "W4A16Weight", dtype: Optional[torch.dtype] = None) -> bool:
@@ -518,7 +522,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     x_src = gather_x(x2, w, True) if w.perm is not None or k % TILE else x2
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
     splits, per = split_k(tiles, 1, w.k_tiles, cfg, compute_units(x2.device))
-    cfg = fit_wave(cfg, tiles * splits, compute_units(x2.device))
+    cus = compute_units(x2.device)
+    cfg = fit_wave(cfg, tiles * splits, cus)
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles; an
     # accumulator is its own workspace and needs no tickets
     ws, cnt = _workspace(x2.device, n, m) if splits > 1 and not accumulate else (out, out)
@@ -531,7 +536,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=nvidia and bool(cfg.get("PTX_LOADS", True)),
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and half, UNROLL=int(cfg.get("UNROLL", 1)), ACCUM=accumulate,
         PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)),
-        SCALE_AFTER=_scale_after(cfg, half, _chunks(gs)), **launch_options(cfg, arch),
+        SCALE_AFTER=_scale_after(cfg, half, _chunks(gs), tiles * splits, cus), **launch_options(cfg, arch),
     )
     return out
 
@@ -547,19 +552,22 @@ def _amd_classes(family_name: str) -> list[str]:
     return sorted({AMD_CLASSES[family_name].get(name, name) for name in PIPELINED_CONFIGS})
 
 
-def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool) -> CompileSpec:
+def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool, large_grid: bool = False) -> CompileSpec:
     """One AMD class of fp16 activations (the dispatcher sends AMD fp16 only, `pipelined_eligible`) in one
-    layout; act-order weights reach the kernel with x already gathered, so g32 asym stands for them."""
+    layout; act-order weights reach the kernel with x already gathered, so g32 asym stands for them.
+    `large_grid`: the form a grid past the class's ``scale_after_waves`` launches (each weight scaled)."""
     cfg = amd_config(dict(PIPELINED_CONFIGS[cls]), family_name)
+    scale_after = _scale_after(cfg, True, _chunks(group), 1 << 30 if large_grid else 0)
     sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
            "out_ptr": "*fp32" if accum else "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
            "K": "i32", "KT": "i32", "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
     cons = {"GROUP_SIZE": group, "CHUNKS": _chunks(group), "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
             "GROUP_M": 8, "SPLIT": 2, "HAS_ZEROS": zeros, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True,
             "PTX_LOADS": cfg["PTX_LOADS"], "HALF_DEQ": cfg["HALF_DEQ"], "UNROLL": 1, "ACCUM": accum,
-            "PTX_DEQ": cfg["PTX_DEQ"], "SCALE_AFTER": _scale_after(cfg, True, _chunks(group))}
+            "PTX_DEQ": cfg["PTX_DEQ"], "SCALE_AFTER": scale_after}
     sig.update({c: "constexpr" for c in cons})
     tag = ("asym" if zeros else "sym") + (",accum" if accum else "") + (",rdna3" if family_name == "rdna3" else "")
+    tag += ",scale_after" if scale_after else ""
     return CompileSpec(
         name=f"w4a16_pipelined[{cls}:{cfg['BLOCK_M']}x{cfg['BLOCK_N']},g{group},{tag}]",
         kernel=_w4a16_pipelined_kernel,
@@ -578,6 +586,12 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     for fam in AMD_CLASSES
     for cls in _amd_classes(fam)
     for group, zeros in ((128, False), (32, True))
-] + [_amd_spec(fam, "rows16", 128, False, True) for fam in AMD_CLASSES]
-"""Every class an AMD family runs, g128 sym and g32 asym (act-order), and the 16-row class into a decode step's
-float32 accumulator (`w4a16.w4a16_accumulate`)."""
+] + [_amd_spec(fam, "rows16", 128, False, True) for fam in AMD_CLASSES] + [
+    _amd_spec(fam, cls, 128, False, False, large_grid=True)
+    for fam in AMD_CLASSES
+    for cls in _amd_classes(fam)
+    if "scale_after_waves" in PIPELINED_CONFIGS[cls]
+]
+"""Every class an AMD family runs, g128 sym and g32 asym (act-order), the 16-row class into a decode step's
+float32 accumulator (`w4a16.w4a16_accumulate`), and a class's g128 form with each weight scaled where large grids
+launch it (``scale_after_waves``)."""

@@ -134,7 +134,7 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
 
 def test_pipelined_configs_and_k_splits():
     from optimum_amdx.kernels._w4a16_gemm_triton import split_k
-    from optimum_amdx.kernels._w4a16_pipelined_triton import (PIPELINED_CONFIGS, WIDE_TILE_N, fit_wave,
+    from optimum_amdx.kernels._w4a16_pipelined_triton import (PIPELINED_CONFIGS, WIDE_TILE_N, _scale_after, fit_wave,
                                                            float32_config, pipelined_config)
     from optimum_amdx.kernels.w4a16 import LONG_K
 
@@ -166,6 +166,11 @@ def test_pipelined_configs_and_k_splits():
     # a grid past 6 programs per SM takes the register cap that fits 7 (one wave); within it the cap stays 80
     assert fit_wave(staged, 896, 132)["maxnreg"] == 72 and fit_wave(staged, 768, 132) is staged
     assert fit_wave(PIPELINED_CONFIGS["rows64"], 10**6, 132) is PIPELINED_CONFIGS["rows64"]
+    # the tile's dot product is scaled (one group per tile, fp16) on grids within the class's programs per SM
+    rows64 = PIPELINED_CONFIGS["rows64"]
+    assert _scale_after(rows64, True, 1, 384, 132) and not _scale_after(rows64, True, 1, 512, 132)
+    assert not _scale_after(rows64, True, 4, 64, 132) and not _scale_after(rows64, False, 1, 64, 132)
+    assert _scale_after(staged, True, 1, 10**6, 132) and not _scale_after(PIPELINED_CONFIGS["rows32"], True, 1)
     # bf16 takes the float32 dequantization with the same tiles, one K tile per step (up to 16 rows the register
     # loads of ``rows16_regs``, above)
     for m, k, n in ((32, 4096, n_wide), (32, 4096, n_narrow), (100, 4096, n_wide),
