@@ -13,7 +13,7 @@ dot operand needs (the dequantized tile feeds the MMA straight from registers: n
 trip; on Hopper it is the register A operand of ``wgmma``) and pipelines the activation tile alone
 (``cp.async``, ``num_stages`` buffers), with the MMA left asynchronous across the K steps
 (`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU). Most fp16 classes go the
-other way (all of them but ``rows16_regs`` on 4096 x 4096 and ``rows32`` on wide outputs at 17-32 rows): the
+other way (all of them but ``rows32`` on wide outputs at 17-32 rows, and bf16's ``rows16_regs``): the
 words are plain loads again and the pipeliner stages them through shared memory beside the activations
 (``PTX_LOADS=False``): the loop waits on its words, not on the MMA, and buffered copies keep more of them in
 flight than registers can (RESULTS.md round16; from 33 rows round17). bf16 keeps the register loads.
@@ -24,8 +24,10 @@ over; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-m
 _write_tile`: split-K into a persistent float32 workspace whose last split, by ticket, writes the tile,
 so one launch does it all and graphs can replay it). bf16 activations are dequantized by the fused
 GEMM's `_dequant_tile` (the exact float32 ``2**e + q`` trick); fp16 ones by `_planes`, packed fp16 PTX
-at 1.75 instructions per weight (``HALF_DEQ``). The register-load classes of fp16 up to 32 rows put two
-K tiles through one K = 256 dot per step (``UNROLL``). For act-order or a K off the 128-row tiles the
+at 1.75 instructions per weight (``HALF_DEQ``), or, where one scale group spans the K tile, by `_planes_q` at
+1.25: the planes hold q - z exactly and the tile's dot product is scaled in float32 (``SCALE_AFTER``, RESULTS.md
+round21). The register-load classes of fp16 up to 32 rows put two K tiles through one K = 256 dot per step
+(``UNROLL``). For act-order or a K off the 128-row tiles the
 activations are gathered once per call into the layout's row order (`_w4a16_gemm_triton.x_index`).
 
 The portable form (AMD, and the interpreter in CI): plain word loads and the same fp16 arithmetic written in
@@ -86,38 +88,25 @@ def _ld_words2(ptrs_a, ptrs_b, PTX: tl.constexpr):
 # -(1024 + z) (or one fma by 1/16 with -(64 + z)) makes q - z exactly, one multiply by the scale rounds
 # once: 3.5 instructions per two weights, against 5 per weight on the float32 path. Operands: $0, $1
 # the planes; $2, $3 the words; $4, $5 the scales of the two planes (fp16x2); $6 -(1024 + z) of the
-# even plane, $7 -(64 + z) of the odd one.
-def _planes_asm(sel: str) -> str:
+# even plane, $7 -(64 + z) of the odd one. Unscaled (``SCALE_AFTER``: the caller scales the tile's dot
+# product), the planes are q - z and the operands after the words are $4 -(1024 + z) and $5 -(64 + z).
+def _planes_asm(sel: str, scaled: bool = True) -> str:
+    tail = ("add.rn.f16x2 e, e, $6;\nfma.rn.f16x2 o, o, c16, $7;\nmul.rn.f16x2 $0, e, $4;\nmul.rn.f16x2 $1, o, $5;"
+            if scaled else "add.rn.f16x2 $0, e, $4;\nfma.rn.f16x2 $1, o, c16, $5;")
     return f"""{{
 .reg .b32 t, e, o, c16;
 prmt.b32 t, $2, $3, {sel};
 mov.b32 c16, 0x2C002C00;
 lop3.b32 e, t, 0x000F000F, 0x64006400, 0xea;
 lop3.b32 o, t, 0x00F000F0, 0x64006400, 0xea;
-add.rn.f16x2 e, e, $6;
-fma.rn.f16x2 o, o, c16, $7;
-mul.rn.f16x2 $0, e, $4;
-mul.rn.f16x2 $1, o, $5;
+{tail}
 }}"""
 
 
-def _planes_q_asm(sel: str) -> str:
-    """`_planes_asm` without the multiply by the scale: the planes hold q - z exactly (``SCALE_AFTER``)."""
-    return f"""{{
-.reg .b32 t, e, o, c16;
-prmt.b32 t, $2, $3, {sel};
-mov.b32 c16, 0x2C002C00;
-lop3.b32 e, t, 0x000F000F, 0x64006400, 0xea;
-lop3.b32 o, t, 0x00F000F0, 0x64006400, 0xea;
-add.rn.f16x2 $0, e, $4;
-fma.rn.f16x2 $1, o, c16, $5;
-}}"""
-
-
-_PLANES_Q_ASM_0 = tl.constexpr(_planes_q_asm("0x4400"))
-_PLANES_Q_ASM_1 = tl.constexpr(_planes_q_asm("0x5511"))
-_PLANES_Q_ASM_2 = tl.constexpr(_planes_q_asm("0x6622"))
-_PLANES_Q_ASM_3 = tl.constexpr(_planes_q_asm("0x7733"))
+_PLANES_Q_ASM_0 = tl.constexpr(_planes_asm("0x4400", scaled=False))  # `_planes_q`: q - z, the scale applied later
+_PLANES_Q_ASM_1 = tl.constexpr(_planes_asm("0x5511", scaled=False))
+_PLANES_Q_ASM_2 = tl.constexpr(_planes_asm("0x6622", scaled=False))
+_PLANES_Q_ASM_3 = tl.constexpr(_planes_asm("0x7733", scaled=False))
 _PLANES_ASM_0 = tl.constexpr(_planes_asm("0x4400"))  # byte b of each word into bytes 0 and 2
 _PLANES_ASM_1 = tl.constexpr(_planes_asm("0x5511"))
 _PLANES_ASM_2 = tl.constexpr(_planes_asm("0x6622"))
@@ -521,8 +510,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     # x in the layout's row order (act-order), zero columns for the padded rows (ragged K)
     x_src = gather_x(x2, w, True) if w.perm is not None or k % TILE else x2
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    splits, per = split_k(tiles, 1, w.k_tiles, cfg, compute_units(x2.device))
     cus = compute_units(x2.device)
+    splits, per = split_k(tiles, 1, w.k_tiles, cfg, cus)
     cfg = fit_wave(cfg, tiles * splits, cus)
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles; an
     # accumulator is its own workspace and needs no tickets
@@ -557,7 +546,7 @@ def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool, 
     layout; act-order weights reach the kernel with x already gathered, so g32 asym stands for them.
     `large_grid`: the form a grid past the class's ``scale_after_waves`` launches (each weight scaled)."""
     cfg = amd_config(dict(PIPELINED_CONFIGS[cls]), family_name)
-    scale_after = _scale_after(cfg, True, _chunks(group), 1 << 30 if large_grid else 0)
+    scale_after = _scale_after(cfg, True, _chunks(group)) and not large_grid
     sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
            "out_ptr": "*fp32" if accum else "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
            "K": "i32", "KT": "i32", "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
