@@ -60,6 +60,9 @@ def _grid() -> dict[str, dict[str, Any]]:
     out["staged_sa_ww"] = {"_class": "rows16", "SCALE_AFTER": True, "within_waves": True}
     out["staged_sa_r72"] = {"_class": "rows16", "SCALE_AFTER": True, "maxnreg": 72}
     out["staged_sa_w7"] = {"_class": "rows16", "SCALE_AFTER": True, "waves": 7, "maxnreg": 72}
+    # 17-32 rows on wide outputs (with --flush): the staged classes against the shipped two-tile register class
+    out["narrow32"] = {"_class": "narrow32"}
+    out["narrow32_w2"] = {"_class": "narrow32", "waves": 2}
     out["regs_u1"] = {"_class": "rows16_regs", "UNROLL": 1}
     out["regs_u1_sa"] = {"_class": "rows16_regs", "UNROLL": 1, "SCALE_AFTER": True}
     return out

@@ -13,7 +13,7 @@ dot operand needs (the dequantized tile feeds the MMA straight from registers: n
 trip; on Hopper it is the register A operand of ``wgmma``) and pipelines the activation tile alone
 (``cp.async``, ``num_stages`` buffers), with the MMA left asynchronous across the K steps
 (`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU). Most fp16 classes go the
-other way (all of them but ``rows32`` on wide outputs at 17-32 rows, and bf16's ``rows16_regs``): the
+other way (all of them but bf16's ``rows16_regs`` and ``rows32``): the
 words are plain loads again and the pipeliner stages them through shared memory beside the activations
 (``PTX_LOADS=False``): the loop waits on its words, not on the MMA, and buffered copies keep more of them in
 flight than registers can (RESULTS.md round16; from 33 rows round17). bf16 keeps the register loads.
@@ -410,8 +410,10 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
       Llama projections, RESULTS.md round16; on 4096x4096, where the register loads of ``rows16_regs`` had been
       3-6 % faster, the staged class with its scaled dot products ties them at 2-8 rows and is 5 % faster at 16,
       round21); bf16 keeps the register loads.
-    - 17-32 rows: 32-row tiles, staged on narrow outputs (under `w4a16.WIDE_N`, split along K further) and in
-      registers on wide ones (staged was mixed there).
+    - 17-32 rows: 32-row tiles, staged and split along K further (``narrow32``); on wide outputs (from
+      `w4a16.WIDE_N` columns) bf16 keeps the register loads of ``rows32``, which fp16 left in round 21: with its
+      dot products scaled the staged class took 17-28 % off 4096x12288-4096x28672 (RESULTS.md round21; staged had
+      been mixed there before, round16).
     - 33 rows and more: 64-row tiles, staged: 64 columns wide, or 128 on outputs of at least `WIDE_TILE_N`
       columns, from 129 rows on every wide output, and at 65-128 rows and above 384 rows on narrow outputs whose
       input exceeds `w4a16.LONG_K` (RESULTS.md round17: 0.98-1.89x the speed of round 16's routes and classes on
@@ -430,7 +432,7 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
     if m <= 16:
         name = "rows16" if half else "rows16_regs"
     elif m <= 32:
-        name = "narrow32" if narrow else "rows32"
+        name = "narrow32" if narrow or half else "rows32"
     elif not half and m > 128:
         name = "rows256" if chunks == 1 else "rows64"
     elif narrow:

@@ -140,8 +140,9 @@ def test_pipelined_configs_and_k_splits():
 
     n_wide, n_narrow = 14336, 4096
     assert pipelined_config(16, 4096, n_wide)["BLOCK_M"] == 16 and pipelined_config(32, 4096, n_narrow)["BLOCK_M"] == 32
-    # narrow outputs split K further
-    assert pipelined_config(24, 4096, n_narrow)["waves"] > pipelined_config(24, 4096, n_wide)["waves"]
+    # narrow outputs split K further (bf16 keeps the register class on wide ones)
+    assert (pipelined_config(24, 4096, n_narrow, half=False)["waves"]
+            > pipelined_config(24, 4096, n_wide, half=False)["waves"])
     # 33 rows and more: 64-row tiles, 64 columns wide and split along K (4 programs per SM) ...
     for m, k, n in ((33, 4096, n_narrow), (64, LONG_K + 1, n_narrow), (256, LONG_K + 1, n_narrow), (100, 4096, 12288)):
         cfg = pipelined_config(m, k, n)
@@ -171,9 +172,9 @@ def test_pipelined_configs_and_k_splits():
     assert _scale_after(rows64, True, 1, 384, 132) and not _scale_after(rows64, True, 1, 512, 132)
     assert not _scale_after(rows64, True, 4, 64, 132) and not _scale_after(rows64, False, 1, 64, 132)
     assert _scale_after(staged, True, 1, 10**6, 132) and not _scale_after(PIPELINED_CONFIGS["rows32"], True, 1)
-    # bf16 takes the float32 dequantization with the same tiles, one K tile per step (up to 16 rows the register
-    # loads of ``rows16_regs``, above)
-    for m, k, n in ((32, 4096, n_wide), (32, 4096, n_narrow), (100, 4096, n_wide),
+    # bf16 takes the float32 dequantization with the same tiles, one K tile per step (up to 16 rows, and at 17-32
+    # rows on wide outputs, its own register-load classes: above)
+    for m, k, n in ((32, 4096, n_narrow), (100, 4096, n_wide),
                     (100, LONG_K + 1, n_narrow)):
         half, f32 = pipelined_config(m, k, n), pipelined_config(m, k, n, half=False)
         assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and f32["UNROLL"] == 1
@@ -186,11 +187,12 @@ def test_pipelined_configs_and_k_splits():
     for n in (n_wide, n_narrow):
         assert pipelined_config(200, LONG_K + 1, n, half=False)["BLOCK_M"] == 256
         assert pipelined_config(200, LONG_K + 1, n, chunks=4, half=False)["BLOCK_M"] == 64
-    # fp16 stages the words from 17 rows on, except wide outputs at 17-32 rows (mixed there, RESULTS round16)
-    for m, n in ((24, n_narrow), (33, n_wide), (64, n_narrow), (100, n_wide), (200, n_narrow), (256, WIDE_TILE_N)):
+    # fp16 stages the words at every row count (wide outputs at 17-32 rows too since round 21)
+    for m, n in ((24, n_narrow), (24, n_wide), (33, n_wide), (64, n_narrow), (100, n_wide), (200, n_narrow),
+                 (256, WIDE_TILE_N)):
         cfg = pipelined_config(m, 4096, n)
         assert cfg["PTX_LOADS"] is False and cfg.get("UNROLL", 1) == 1, (m, n)
-    assert pipelined_config(24, 4096, n_wide).get("PTX_LOADS", True)
+    assert pipelined_config(24, 4096, n_wide) == PIPELINED_CONFIGS["narrow32"]
     # two K tiles per step keep 127 registers (4 programs of 4 warps per SM): no class asks for more
     assert all(c["waves"] <= 4 for c in PIPELINED_CONFIGS.values() if c.get("UNROLL", 1) == 2)
     assert pipelined_config(32, LONG_K + 1, n_narrow)["waves"] == 4  # narrow up to 32 rows: split K further
