@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attention_decode_sweep import make_layers  # noqa: E402
 from bench_w4a16 import _clone, call_bytes, random_gptq  # noqa: E402
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
@@ -71,18 +72,6 @@ def touch(t: torch.Tensor, sink: torch.Tensor, programs: int, evict: bool = True
     _touch_kernel[(programs,)](words, sink, n_vec, VEC=vec, ITERS=iters, EVICT=evict, num_warps=4)
 
 
-def layer_attention(batch: int, ctx: int, heads: int, kv_heads: int) -> dict[str, Any]:
-    """One layer's decode-attention inputs: a shuffled paged cache of `ctx` tokens for each of `batch` sequences."""
-    blocks = (ctx + 15) // 16
-    shape = (batch * blocks, 16, kv_heads, 128)
-    return {"q": torch.randn(batch, heads, 128, device="cuda", dtype=torch.float16),
-            "k_cache": torch.randn(shape, device="cuda", dtype=torch.float16),
-            "v_cache": torch.randn(shape, device="cuda", dtype=torch.float16),
-            "block_tables": torch.randperm(batch * blocks, device="cuda", dtype=torch.int32).view(batch, blocks),
-            "seq_lens": torch.full((batch,), ctx, device="cuda", dtype=torch.int32),
-            "query_start_loc": torch.arange(batch + 1, device="cuda", dtype=torch.int32)}
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,16")
@@ -121,7 +110,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(json.dumps({c: (round(v, 2) if isinstance(v, float) else v) for c, v in cell.items()}), flush=True)
     # attention then the o projection, per layer, without and with the o weight touched beside the attention
     o0, _ = random_gptq(4096, 4096, 128, False, seed=7)
-    layers = [(layer_attention(16, args.ctx, 32, 8), _clone(o0)) for _ in range(args.layers)]
+    layers = [(d, _clone(o0)) for d in make_layers(16, args.ctx, 32, 8, args.layers, torch.float16)]
     outs = [torch.empty(16, 32, 128, device="cuda", dtype=torch.float16) for _ in layers]
     acc = torch.zeros(16, 4096, device="cuda", dtype=torch.float32)
     side = torch.cuda.Stream()

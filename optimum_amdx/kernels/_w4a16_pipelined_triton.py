@@ -154,8 +154,15 @@ def _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
         w2, w3 = _plane_lo_q(lo8, zl), _plane_hi_q(lo8, zh)
         w4, w5 = _plane_lo_q(hi, zl), _plane_hi_q(hi, zh)
         w6, w7 = _plane_lo_q(hi8, zl), _plane_hi_q(hi8, zh)
+    return _tile_of_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N), tl.reshape(s, [BLOCK_N])
+
+
+@triton.jit
+def _tile_of_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N: tl.constexpr):
+    """The eight [BLOCK_N, 16] planes as the ``W_tile^T`` [BLOCK_N, 128] operand in row order: index (a, b, c) of
+    the joins is plane a + 2b + 4c, then position = plane * 16 + r."""
     wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
-    return tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128]), tl.reshape(s, [BLOCK_N])
+    return tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
 
 
 @triton.jit
@@ -174,14 +181,14 @@ def _plane_hi_q(h, zh):
 def _plane_lo(h, s, zl):
     """Portable `_planes`, even plane: int16 `h` holds the nibble in bits 0-3; or-ed with fp16 1024's bits it
     reads as fp16 1024 + q, and adding `zl` = -(1024 + z) makes q - z exactly; one multiply by `s` rounds once."""
-    return (((h & 0x000F) | 0x6400).to(tl.float16, bitcast=True) + zl) * s
+    return _plane_lo_q(h, zl) * s
 
 
 @triton.jit
 def _plane_hi(h, s, zh):
     """Portable `_planes`, odd plane: the nibble in bits 4-7 reads as fp16 1024 + 16q; times 1/16 plus `zh` =
     -(64 + z) is q - z exactly, then one rounding by the scale."""
-    return ((((h & 0x00F0) | 0x6400).to(tl.float16, bitcast=True)) * 0.0625 + zh) * s
+    return _plane_hi_q(h, zh) * s
 
 
 @triton.jit
@@ -246,9 +253,7 @@ def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
     else:
         w0, w1, w2, w3, w4, w5, w6, w7 = _planes_portable(packed, s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2, zh3,
                                                           zl4, zh5, zl6, zh7)
-    # [BLOCK_N, 16, 2, 2, 2]: index (a, b, c) of the joins is plane a + 2b + 4c; then position = plane * 16 + r
-    wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
-    return tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
+    return _tile_of_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N)
 
 
 @triton.jit

@@ -109,8 +109,9 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
     """Compiled in a fresh process with the interpreter off. What makes the kernel worth having: the
     activations are staged by asynchronous copies (pipelined), the dequantized weight feeds ``wgmma``
     straight from registers, the fp16 configs dequantize with the packed fp16 asm (without its multiplies where
-    a config scales each tile's dot product: `SCALE_AFTER`), and nothing spills. With PTX word loads nothing goes through shared memory but the activations (no ``local_load``); the
-    configs with plain word loads have their words staged too (more asynchronous copies) and read back."""
+    a config scales each tile's dot product: `SCALE_AFTER`), and nothing spills. With PTX word loads nothing goes
+    through shared memory but the activations (no ``local_load``); the configs with plain word loads have their
+    words staged too (more asynchronous copies) and read back."""
     import json
 
     from optimum_amdx.kernels._w4a16_pipelined_triton import PIPELINED_CONFIGS
@@ -293,6 +294,28 @@ def test_amd_forms_match_exact(family, m, group, sym, act_order):
 
     cfg = pipelined_config(m, 256, 256, 128 // group, True, family)
     _check_exact(256, 256, group, sym, act_order, "gptq", m, cfg, torch.float16)
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_scaled_dot_products_take_scales_past_the_fp16_range(scaled):
+    """With `SCALE_AFTER` the scale multiplies each tile's float32 sums, not the fp16 weights: scales whose products
+    with q - z pass fp16's largest value (65504) still give the exact result, where scaling each weight overflows.
+    So this also tells which form a launch took (the unscaled form is the control)."""
+    k, n, m = 256, 128, 20
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, 128, True, False, "gptq", seed=5)
+    big = (scales.float() * (30000.0 / scales.float().abs().max())).half()  # q - z reaches -8: products to 2.4e5
+    rows = g_idx.long()
+    codes = torch.round(expected / scales.float()[rows])  # q - z
+    exact_w = codes * big.float()[rows]
+    assert exact_w.abs().max().item() > 65504
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, big, g_idx)), group_size=128)
+    x = (torch.randn(m, k, generator=torch.Generator().manual_seed(1)) * 1e-3).half().to(DEVICE)
+    exact = x.double() @ exact_w.double().to(DEVICE)
+    out = w4a16_matmul(x, w, route="pipelined", config=dict(_SCALE_AFTER, SCALE_AFTER=scaled)).double()
+    if scaled:
+        assert (out - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
+    else:
+        assert not torch.isfinite(out).all()
 
 
 @pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT])
