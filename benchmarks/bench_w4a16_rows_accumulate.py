@@ -65,6 +65,20 @@ def _grid() -> dict[str, dict[str, Any]]:
     out["narrow32_w2"] = {"_class": "narrow32", "waves": 2}
     out["regs_u1"] = {"_class": "rows16_regs", "UNROLL": 1}
     out["regs_u1_sa"] = {"_class": "rows16_regs", "UNROLL": 1, "SCALE_AFTER": True}
+    # 33-64 rows (with --flush): the scaled form on any grid, under a register cap that keeps 4 programs per SM;
+    # the 64 x 128 tile (half the activation reads per weight byte), scaled or not, on narrow outputs too
+    out["sa_any"] = {"SCALE_AFTER": True, "scale_after_waves": 1 << 10}
+    out["sa_r128"] = {"SCALE_AFTER": True, "scale_after_waves": 1 << 10, "maxnreg": 128}
+    out["sa_w8"] = {"SCALE_AFTER": True, "scale_after_waves": 1 << 10, "num_warps": 8, "waves": 2}
+    out["sa_s1"] = {"SCALE_AFTER": True, "SPLIT": 1}
+    out["sa_cap4"] = {"scale_after_waves": 4, "maxnreg": 128}  # K splits for 4 programs per SM, all capped
+    out["sa_w8_s2"] = {"SCALE_AFTER": True, "scale_after_waves": 1 << 10, "num_warps": 8, "SPLIT": 2}
+    out["n128_sa_r128"] = {"_class": "rows64_n128", "SCALE_AFTER": True, "maxnreg": 128}
+    out["n128_sa_r128_k8"] = {"_class": "rows64_n128", "SCALE_AFTER": True, "maxnreg": 128, "min_k_tiles": 8}
+    for tag, extra in (("n128", {}), ("n128_sa", {"SCALE_AFTER": True})):
+        out[tag] = {"_class": "rows64_n128", **extra}
+        out[f"{tag}_w3"] = {"_class": "rows64_n128", "waves": 3, **extra}
+        out[f"{tag}_k8"] = {"_class": "rows64_n128", "min_k_tiles": 8, **extra}
     return out
 
 

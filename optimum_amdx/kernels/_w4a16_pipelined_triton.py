@@ -358,8 +358,11 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # SCALE_AFTER (fp16, one scale group per K tile, one K tile per step; `_scale_after`): the tile's dot product
     # of q - z is scaled, not every weight: 1.25 instead of 1.75 dequantization instructions per weight, and 3-11 %
     # faster at 2-32 rows on the Llama weights (H100, RESULTS.md round21). In ``rows64`` the second accumulator
-    # takes 142 registers (3 programs of 4 warps per SM, 4 without it): "scale_after_waves" keeps it to grids that
-    # fit 3 per SM (4096x4096 and 4096x6144 at 64 rows, 6-10 % faster; 14336x4096's 512 programs lost 18 %).
+    # takes 142 registers (3 programs of 4 warps per SM, 4 without it): on grids that fit 3 per SM
+    # ("scale_after_waves") it is 6-10 % faster (4096x4096 and 4096x6144 at 64 rows), so where a launch may take it
+    # its K splits aim at 3 programs per SM (`launch_plan`); a grid that outgrows them with one split takes it
+    # under the register cap "scale_after_maxnreg" (NVIDIA), which fits 4 again (ptxas keeps 16-24 B on the
+    # stack), or, where no cap applies (AMD), scales each weight (H100, RESULTS.md round22).
     "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 6, "min_k_tiles": 4,
                "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "within_waves": False, "maxnreg": 80,
                "overflow_maxnreg": 72, "SCALE_AFTER": True},
@@ -370,7 +373,8 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
                  "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "SCALE_AFTER": True},
     "rows64": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
-               "HALF_DEQ": True, "PTX_LOADS": False, "SCALE_AFTER": True, "scale_after_waves": 3},
+               "HALF_DEQ": True, "PTX_LOADS": False, "SCALE_AFTER": True, "scale_after_waves": 3,
+               "scale_after_maxnreg": 128},
     "rows64_n128": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 2, "min_k_tiles": 16,
                     "HALF_DEQ": True, "PTX_LOADS": False},
     "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},  # bf16 only
@@ -460,21 +464,42 @@ def float32_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def fit_wave(cfg: dict[str, Any], programs: int, cus: int) -> dict[str, Any]:
-    """`cfg` for a grid of `programs` on `cus` SMs: its ``overflow_maxnreg`` register cap (NVIDIA) replaces
-    ``maxnreg`` when the grid outgrows ``waves`` programs per SM, so one more fits and the call stays one wave."""
+def fit_wave(cfg: dict[str, Any], programs: int, cus: int, scaled: bool = False) -> dict[str, Any]:
+    """`cfg` for a grid of `programs` on `cus` SMs, its register caps (NVIDIA; AMD's options drop them) set by the
+    grid: ``overflow_maxnreg`` replaces ``maxnreg`` when the grid outgrows ``waves`` programs per SM, so one more
+    fits and the call stays one wave; a `scaled` launch (``SCALE_AFTER``, `_scale_after`) past
+    ``scale_after_waves`` programs per SM takes ``scale_after_maxnreg``, under which its second accumulator still
+    fits as many programs as the unscaled form."""
     if "overflow_maxnreg" in cfg and programs > cfg.get("waves", 1) * cus:
         return {**cfg, "maxnreg": cfg["overflow_maxnreg"]}
+    if scaled and "scale_after_maxnreg" in cfg and programs > cfg.get("scale_after_waves", programs) * cus:
+        return {**cfg, "maxnreg": cfg["scale_after_maxnreg"]}
     return cfg
 
 
-def _scale_after(cfg: dict[str, Any], half: bool, chunks: int, programs: int = 0, cus: int = 1) -> bool:
+def _scale_after(cfg: dict[str, Any], half: bool, chunks: int, programs: int = 0, cus: int = 1,
+                 can_cap: bool = False) -> bool:
     """Whether a launch of `cfg` over `programs` programs on `cus` SMs scales each K tile's dot product instead of
     each weight (``SCALE_AFTER``): asked by the config, fp16 activations (the fp16 planes), one scale group per
     tile, one tile per step, and a grid within the config's ``scale_after_waves`` programs per SM where it names
-    one (the second accumulator's registers leave fewer programs per SM)."""
+    one (the second accumulator's registers leave fewer programs per SM), unless the launch `can_cap` registers
+    (NVIDIA) and the config names the cap that fits the larger grid (``scale_after_maxnreg``, `fit_wave`)."""
     return (bool(cfg.get("SCALE_AFTER", False)) and half and chunks == 1 and cfg.get("UNROLL", 1) == 1
-            and programs <= cfg.get("scale_after_waves", programs) * cus)
+            and (programs <= cfg.get("scale_after_waves", programs) * cus
+                 or (can_cap and "scale_after_maxnreg" in cfg)))
+
+
+def launch_plan(cfg: dict[str, Any], tiles: int, k_tiles: int, half: bool, chunks: int, cus: int,
+                can_cap: bool) -> tuple[dict[str, Any], int, int, bool]:
+    """(config, K splits, K tiles per split, scaled) of a launch of `cfg` over `tiles` output tiles of `k_tiles` K
+    tiles on `cus` SMs: where the launch may scale each tile's dot product (`_scale_after`), that form's own
+    programs per SM (``scale_after_waves``) set the K splits, not ``waves``; `fit_wave` then sets the register
+    caps of the grid. `can_cap`: the target takes register caps (NVIDIA)."""
+    split_cfg = ({**cfg, "waves": cfg["scale_after_waves"]}
+                 if "scale_after_waves" in cfg and _scale_after(cfg, half, chunks) else cfg)
+    splits, per = split_k(tiles, 1, k_tiles, split_cfg, cus)
+    scaled = _scale_after(cfg, half, chunks, tiles * splits, cus, can_cap=can_cap)
+    return fit_wave(cfg, tiles * splits, cus, scaled), splits, per, scaled
 
 
 def pipelined_eligible(arch: str, w: "W4A16Weight", dtype: Optional[torch.dtype] = None) -> bool:
@@ -517,9 +542,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     # x in the layout's row order (act-order), zero columns for the padded rows (ragged K)
     x_src = gather_x(x2, w, True) if w.perm is not None or k % TILE else x2
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    cus = compute_units(x2.device)
-    splits, per = split_k(tiles, 1, w.k_tiles, cfg, cus)
-    cfg = fit_wave(cfg, tiles * splits, cus)
+    cfg, splits, per, scaled = launch_plan(cfg, tiles, w.k_tiles, half, _chunks(gs), compute_units(x2.device), nvidia)
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles; an
     # accumulator is its own workspace and needs no tickets
     ws, cnt = _workspace(x2.device, n, m) if splits > 1 and not accumulate else (out, out)
@@ -532,7 +555,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=nvidia and bool(cfg.get("PTX_LOADS", True)),
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and half, UNROLL=int(cfg.get("UNROLL", 1)), ACCUM=accumulate,
         PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)),
-        SCALE_AFTER=_scale_after(cfg, half, _chunks(gs), tiles * splits, cus), **launch_options(cfg, arch),
+        SCALE_AFTER=scaled, **launch_options(cfg, arch),
     )
     return out
 
@@ -551,7 +574,8 @@ def _amd_classes(family_name: str) -> list[str]:
 def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool, large_grid: bool = False) -> CompileSpec:
     """One AMD class of fp16 activations (the dispatcher sends AMD fp16 only, `pipelined_eligible`) in one
     layout; act-order weights reach the kernel with x already gathered, so g32 asym stands for them.
-    `large_grid`: the form a grid past the class's ``scale_after_waves`` launches (each weight scaled)."""
+    `large_grid`: the form a grid past the class's ``scale_after_waves`` launches there (each weight scaled: AMD
+    takes no register cap)."""
     cfg = amd_config(dict(PIPELINED_CONFIGS[cls]), family_name)
     scale_after = _scale_after(cfg, True, _chunks(group)) and not large_grid
     sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
