@@ -72,6 +72,12 @@ def _grid() -> dict[str, dict[str, Any]]:
     out["sa_w8"] = {"SCALE_AFTER": True, "scale_after_waves": 1 << 10, "num_warps": 8, "waves": 2}
     out["sa_s1"] = {"SCALE_AFTER": True, "SPLIT": 1}
     out["sa_cap4"] = {"scale_after_waves": 4, "maxnreg": 128}  # K splits for 4 programs per SM, all capped
+    # small weights at 17-64 rows: shorter K runs (more splits), other stage counts, the 32-row tile's K splits
+    out["k4"] = {"min_k_tiles": 4}
+    out["st2"] = {"num_stages": 2}
+    out["st4"] = {"num_stages": 4}
+    out["narrow32_k4"] = {"_class": "narrow32", "min_k_tiles": 4}
+    out["narrow32_k4_w6"] = {"_class": "narrow32", "min_k_tiles": 4, "waves": 6}
     out["sa_w8_s2"] = {"SCALE_AFTER": True, "scale_after_waves": 1 << 10, "num_warps": 8, "SPLIT": 2}
     out["n128_sa_r128"] = {"_class": "rows64_n128", "SCALE_AFTER": True, "maxnreg": 128}
     out["n128_sa_r128_k8"] = {"_class": "rows64_n128", "SCALE_AFTER": True, "maxnreg": 128, "min_k_tiles": 8}
