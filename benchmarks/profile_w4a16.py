@@ -34,7 +34,7 @@ def _knob(value: str) -> "int | bool | str":
 def main(cases: list[str]) -> int:
     accumulate = "--accumulate" in cases
     for case in (c for c in cases if c != "--accumulate"):
-        shape, _, extra = case.partition(":")  # "1x4096x14336:num_warps=4": integer knobs over the stream config
+        shape, _, extra = case.partition(":")  # "1x4096x14336:num_warps=4", "64x14336x4096:class=rows64_n128"
         m, k, n = (int(v) for v in shape.split("x"))
         config = None
         route = None
