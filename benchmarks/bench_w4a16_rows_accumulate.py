@@ -46,8 +46,6 @@ def _grid() -> dict[str, dict[str, Any]]:
             out[f"{tag}_r{reg}"] = {"_class": cls, "maxnreg": reg}
         out[f"{tag}_st2"] = {"_class": cls, "num_stages": 2}
         out[f"{tag}_st4"] = {"_class": cls, "num_stages": 4}
-    for split in (4, 8, 16):  # the register-load class with one K tile per step (fewer registers)
-        out[f"regs_u1_s{split}"] = {"_class": "rows16_regs", "SPLIT": split, "UNROLL": 1}
     out["regs_w8"] = {"_class": "rows16_regs", "num_warps": 8}
     for reg in (64, 80, 96, 128):  # the shipped class of the call, under a register cap (17-64 rows: with --flush)
         out[f"base_r{reg}"] = {"maxnreg": reg}
@@ -60,11 +58,10 @@ def _grid() -> dict[str, dict[str, Any]]:
     out["staged_sa_ww"] = {"_class": "rows16", "SCALE_AFTER": True, "within_waves": True}
     out["staged_sa_r72"] = {"_class": "rows16", "SCALE_AFTER": True, "maxnreg": 72}
     out["staged_sa_w7"] = {"_class": "rows16", "SCALE_AFTER": True, "waves": 7, "maxnreg": 72}
-    # 17-32 rows on wide outputs (with --flush): the staged classes against the shipped two-tile register class
+    # 17-32 rows on wide outputs (with --flush): the staged classes against the register class
     out["narrow32"] = {"_class": "narrow32"}
     out["narrow32_w2"] = {"_class": "narrow32", "waves": 2}
-    out["regs_u1"] = {"_class": "rows16_regs", "UNROLL": 1}
-    out["regs_u1_sa"] = {"_class": "rows16_regs", "UNROLL": 1, "SCALE_AFTER": True}
+    out["regs_sa"] = {"_class": "rows16_regs", "SCALE_AFTER": True}
     # 33-64 rows (with --flush): the scaled form on any grid, under a register cap that keeps 4 programs per SM;
     # the 64 x 128 tile (half the activation reads per weight byte), scaled or not, on narrow outputs too
     out["sa_any"] = {"SCALE_AFTER": True, "scale_after_waves": 1 << 10}

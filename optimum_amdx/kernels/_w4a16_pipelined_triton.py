@@ -12,11 +12,11 @@ with its activation tile loaded synchronously every K step. Here the words come 
 dot operand needs (the dequantized tile feeds the MMA straight from registers: no shared-memory round
 trip; on Hopper it is the register A operand of ``wgmma``) and pipelines the activation tile alone
 (``cp.async``, ``num_stages`` buffers), with the MMA left asynchronous across the K steps
-(`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU). Most fp16 classes go the
-other way (all of them but bf16's ``rows16_regs`` and ``rows32``): the
+(`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU). Every fp16 launch goes the
+other way (bf16 keeps the register loads, among them its classes ``rows16_regs`` and ``rows32``): the
 words are plain loads again and the pipeliner stages them through shared memory beside the activations
 (``PTX_LOADS=False``): the loop waits on its words, not on the MMA, and buffered copies keep more of them in
-flight than registers can (RESULTS.md round16; from 33 rows round17). bf16 keeps the register loads.
+flight than registers can (RESULTS.md round16; from 33 rows round17; every class since round21).
 
 Where it wins (H100, RESULTS.md sections w4pipe, w4half and round17): from 4 rows to where dequant + BLAS takes
 over; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-major layout
@@ -26,9 +26,9 @@ so one launch does it all and graphs can replay it). bf16 activations are dequan
 GEMM's `_dequant_tile` (the exact float32 ``2**e + q`` trick); fp16 ones by `_planes`, packed fp16 PTX
 at 1.75 instructions per weight (``HALF_DEQ``), or, where one scale group spans the K tile, by `_planes_q` at
 1.25: the planes hold q - z exactly and the tile's dot product is scaled in float32 (``SCALE_AFTER``, RESULTS.md
-round21). The register-load classes of fp16 up to 32 rows put two K tiles through one K = 256 dot per step
-(``UNROLL``). For act-order or a K off the 128-row tiles the
-activations are gathered once per call into the layout's row order (`_w4a16_gemm_triton.x_index`).
+round21). One K tile per loop step: a two-tile step (one K = 256 dot) served fp16's register-load classes
+until round 21 staged them all, and bf16 lost with it (RESULTS.md section w4half). For act-order or a K off the
+128-row tiles the activations are gathered once per call into the layout's row order (`_w4a16_gemm_triton.x_index`).
 
 The portable form (AMD, and the interpreter in CI): plain word loads and the same fp16 arithmetic written in
 Triton's own int16 and fp16 operations (`_plane_lo`, `_plane_hi`), which both compilers pack two to a register;
@@ -68,17 +68,6 @@ def _ld_words(ptrs, PTX: tl.constexpr):
                                          is_pure=True, pack=1)
     else:
         return tl.load(ptrs)
-
-
-@triton.jit
-def _ld_words2(ptrs_a, ptrs_b, PTX: tl.constexpr):
-    """`_ld_words` of two K tiles in one asm statement: both loads are issued before either is used
-    (ptxas cannot sink the second one past the first tile's math)."""
-    if PTX:
-        return tl.inline_asm_elementwise("ld.global.nc.b32 $0, [$2];\n\tld.global.nc.b32 $1, [$3];", "=r,=r,l,l",
-                                         [ptrs_a, ptrs_b], dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
-    else:
-        return tl.load(ptrs_a), tl.load(ptrs_b)
 
 
 # Two nibble planes of two words at once, in fp16 (the trick of the stream kernel's packed loop, here
@@ -278,7 +267,7 @@ def _w4a16_pipelined_kernel(
     GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, HALF_DEQ: tl.constexpr = False,
-    UNROLL: tl.constexpr = 1, ACCUM: tl.constexpr = False, PTX_DEQ: tl.constexpr = True,
+    ACCUM: tl.constexpr = False, PTX_DEQ: tl.constexpr = True,
     SCALE_AFTER: tl.constexpr = False,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
@@ -306,21 +295,7 @@ def _w4a16_pipelined_kernel(
     # Triton's pipeliner stages the activations (cp.async, num_stages buffers) and leaves the MMA in flight
     # across steps; the words are loaded where they are used (ahead-of-use register rings measured no
     # faster and stop Triton from pipelining the loop at all: RESULTS.md section w4half).
-    if UNROLL == 2:  # two K tiles per step, one K = 256 dot
-        x_ptrs2 = x_ptr + offs_m[None, :] * stride_xm + tl.arange(0, 256)[:, None]
-        offs_k2 = tl.arange(0, 256)
-        for kt in range(kt0, kt1, 2):
-            k0 = kt * 128
-            kb = tl.minimum(kt + 1, kt1 - 1)  # an odd split's last step: tile b re-reads tile a against zero x
-            pa, pb = _ld_words2(qw_ptr + w_offs + kt * 2048, qw_ptr + w_offs + kb * 2048, PTX_LOADS)
-            x_t = tl.load(x_ptrs2 + k0, mask=m_mask[None, :] & (offs_k2 < (kt1 - kt) * 128)[:, None], other=0.0)
-            wa = _weight_operand(pa, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
-                                 HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ, PTX_DEQ)
-            wb = _weight_operand(pb, s_ptr, z_ptr, kb * 128, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
-                                 CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ, PTX_DEQ)
-            wt = tl.reshape(tl.permute(tl.join(wa, wb), (0, 2, 1)), [BLOCK_N, 256])
-            acc = tl.dot(wt, x_t, acc)
-    elif SCALE_AFTER:  # one group per tile, fp16: the dot of q - z, then the tile's scales on its sums
+    if SCALE_AFTER:  # one group per tile, fp16: the dot of q - z, then the tile's scales on its sums
         for kt in range(kt0, kt1):
             k0 = kt * 128
             packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
@@ -344,9 +319,8 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # tiles and launch options by the call's class (`pipelined_config`), from the H100 sweeps (RESULTS.md,
     # sections w4pipe, w4half, round16 and round17). K splits (`_w4a16_gemm_triton.split_k`, always
     # ``within_waves`` here): the most that keep (tiles x splits) within "waves" programs per SM, at least
-    # "min_k_tiles" K tiles per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_dequant_tile_h`);
-    # UNROLL: K tiles per loop step (2: one K = 256 dot; 127 registers on sm_90, so at most 4 programs of 4
-    # warps per SM, hence "waves" <= 4 with it). PTX_LOADS=False: the words are plain loads, which Triton's
+    # "min_k_tiles" K tiles per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_dequant_tile_h`).
+    # PTX_LOADS=False: the words are plain loads, which Triton's
     # pipeliner stages through shared memory with the activations (``cp.async``, num_stages buffers) and reads
     # back in the operand layout: more bytes in flight per program than the register loads, for one
     # shared-memory read per word (RESULTS.md round16). within_waves=False: the split count nearest to the target.
@@ -355,7 +329,7 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # six Llama weights, 0-0.8 % at 8 (H100, four alternating rounds, RESULTS.md round20). "overflow_maxnreg": the
     # cap when the grid outgrows ``waves`` programs per SM (the nearest split count rounded up: 4096 x 28672 makes
     # 896 programs on 132 SMs), so that 7 fit and the call stays one wave (RESULTS.md round21: 27.4 against 33.6 us).
-    # SCALE_AFTER (fp16, one scale group per K tile, one K tile per step; `_scale_after`): the tile's dot product
+    # SCALE_AFTER (fp16, one scale group per K tile; `_scale_after`): the tile's dot product
     # of q - z is scaled, not every weight: 1.25 instead of 1.75 dequantization instructions per weight, and 3-11 %
     # faster at 2-32 rows on the Llama weights (H100, RESULTS.md round21). In ``rows64`` the second accumulator
     # takes 142 registers (3 programs of 4 warps per SM, 4 without it): on grids that fit 3 per SM
@@ -364,14 +338,14 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # under the register cap "scale_after_maxnreg" (NVIDIA), which fits 4 again (ptxas keeps 16-24 B on the
     # stack), or, where no cap applies (AMD), scales each weight (H100, RESULTS.md round22).
     "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 6, "min_k_tiles": 4,
-               "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "within_waves": False, "maxnreg": 80,
+               "HALF_DEQ": True, "PTX_LOADS": False, "within_waves": False, "maxnreg": 80,
                "overflow_maxnreg": 72, "SCALE_AFTER": True},
     "rows16_regs": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 4,
-                    "HALF_DEQ": True, "UNROLL": 2},
+                    "HALF_DEQ": True},
     "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8,
-               "HALF_DEQ": True, "UNROLL": 2},
+               "HALF_DEQ": True},
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
-                 "HALF_DEQ": True, "UNROLL": 1, "PTX_LOADS": False, "SCALE_AFTER": True},
+                 "HALF_DEQ": True, "PTX_LOADS": False, "SCALE_AFTER": True},
     "rows64": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
                "HALF_DEQ": True, "PTX_LOADS": False, "SCALE_AFTER": True, "scale_after_waves": 3,
                "scale_after_maxnreg": 128},
@@ -386,8 +360,8 @@ the 64 x 64 tile on 4096x28672 at 33-64 rows; 4096x12288 was 1.03-1.17x faster w
 
 
 AMD_CLASSES: dict[str, dict[str, str]] = {
-    # the class an AMD family runs instead of a Hopper one: the two-K-tile register-load classes become their
-    # one-tile staged twins; CDNA's 64 KiB of LDS holds no 256-row tile (128 KiB at 2 stages); on gfx1100 only
+    # the class an AMD family runs instead of a Hopper one: the register-load classes (bf16's on Hopper) become
+    # their staged twins; CDNA's 64 KiB of LDS holds no 256-row tile (128 KiB at 2 stages); on gfx1100 only
     # the 16-row tile stays out of scratch in every layout (the 32-row one spills 88 B in g32 asym, the 64-row
     # ones 60-164 B), so every class is that tile there
     "cdna": {"rows16_regs": "rows16", "rows32": "narrow32", "rows256": "rows64"},
@@ -403,8 +377,8 @@ AMD_LAUNCH: dict[str, dict[str, Any]] = {
 
 def amd_config(cfg: dict[str, Any], family: str) -> dict[str, Any]:
     """`cfg` (an entry of `PIPELINED_CONFIGS`, as `AMD_CLASSES` maps it) as an AMD `family` runs it: plain word
-    loads, the portable fp16 dequantization, one K tile per step, `AMD_LAUNCH`'s options."""
-    out = {key: v for key, v in cfg.items() if key != "UNROLL"}
+    loads, the portable fp16 dequantization, `AMD_LAUNCH`'s options."""
+    out = dict(cfg)
     out.update(PTX_LOADS=False, PTX_DEQ=False, **AMD_LAUNCH[family])
     return out
 
@@ -430,9 +404,9 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
       round18: 122-128 against 159-162 us at 448-512 rows, and 113-118 against 122-131 us the other way at
       320-384).
 
-    bf16 takes the same tiles with the register word loads and its float32 dequantization, one K tile per step
-    (with two, its sm_90 build needs 158-196 registers, 2-3 programs per SM, and measured up to 1.3x slower on an
-    H100: RESULTS.md section w4half), except above 64 rows: on wide outputs the 64 x 128 tile lost in
+    bf16 takes the same tiles with the register word loads and its float32 dequantization (two K tiles a step, as
+    the kernel once ran them, needed 158-196 registers on sm_90 and measured up to 1.3x slower on an H100:
+    RESULTS.md section w4half), except above 64 rows: on wide outputs the 64 x 128 tile lost in
     registers (0.93-0.95x at 96-192 rows on 4096x28672), so bf16 keeps the 64 x 64 tile up to 128 rows there, and
     above 128 rows every output takes the 256 x 128 tile (round17; on 14336x4096 and 11008x4096 at 160-256 rows
     1.23-1.34x dequant + BLAS, round18). The 256 x 128 tile serves one scale group per tile only: with more, its
@@ -458,9 +432,9 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
 
 
 def float32_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """`cfg` as bf16 activations run it: the float32 dequantization, one K tile per step, register word loads."""
+    """`cfg` as bf16 activations run it: the float32 dequantization, register word loads."""
     out = {key: v for key, v in cfg.items() if key not in ("PTX_LOADS", "SCALE_AFTER")}
-    out.update(HALF_DEQ=False, UNROLL=1)
+    out.update(HALF_DEQ=False)
     return out
 
 
@@ -481,10 +455,10 @@ def _scale_after(cfg: dict[str, Any], half: bool, chunks: int, programs: int = 0
                  can_cap: bool = False) -> bool:
     """Whether a launch of `cfg` over `programs` programs on `cus` SMs scales each K tile's dot product instead of
     each weight (``SCALE_AFTER``): asked by the config, fp16 activations (the fp16 planes), one scale group per
-    tile, one tile per step, and a grid within the config's ``scale_after_waves`` programs per SM where it names
+    tile, and a grid within the config's ``scale_after_waves`` programs per SM where it names
     one (the second accumulator's registers leave fewer programs per SM), unless the launch `can_cap` registers
     (NVIDIA) and the config names the cap that fits the larger grid (``scale_after_maxnreg``, `fit_wave`)."""
-    return (bool(cfg.get("SCALE_AFTER", False)) and half and chunks == 1 and cfg.get("UNROLL", 1) == 1
+    return (bool(cfg.get("SCALE_AFTER", False)) and half and chunks == 1
             and (programs <= cfg.get("scale_after_waves", programs) * cus
                  or (can_cap and "scale_after_maxnreg" in cfg)))
 
@@ -535,8 +509,6 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
     if TILE % block_n:
         raise ValueError(f"BLOCK_N={block_n} must divide the layout's {TILE}-column tile")
-    if cfg.get("UNROLL", 1) not in (1, 2):
-        raise ValueError(f"UNROLL={cfg['UNROLL']}: the kernel takes 1 or 2 K tiles per step")
     accumulate = accumulate_into is not None
     out = accumulate_into if accumulate else torch.empty(m, n, dtype=x2.dtype, device=x2.device)
     # x in the layout's row order (act-order), zero columns for the padded rows (ragged K)
@@ -553,7 +525,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         GROUP_SIZE=gs, CHUNKS=_chunks(gs), BLOCK_M=block_m, BLOCK_N=block_n, GROUP_M=cfg.get("GROUP_M", 8),
         SPLIT=splits, HAS_ZEROS=w.zeros is not None, HAS_BIAS=bias is not None,
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=nvidia and bool(cfg.get("PTX_LOADS", True)),
-        HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and half, UNROLL=int(cfg.get("UNROLL", 1)), ACCUM=accumulate,
+        HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and half, ACCUM=accumulate,
         PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)),
         SCALE_AFTER=scaled, **launch_options(cfg, arch),
     )
@@ -583,7 +555,7 @@ def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool, 
            "K": "i32", "KT": "i32", "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
     cons = {"GROUP_SIZE": group, "CHUNKS": _chunks(group), "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
             "GROUP_M": 8, "SPLIT": 2, "HAS_ZEROS": zeros, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True,
-            "PTX_LOADS": cfg["PTX_LOADS"], "HALF_DEQ": cfg["HALF_DEQ"], "UNROLL": 1, "ACCUM": accum,
+            "PTX_LOADS": cfg["PTX_LOADS"], "HALF_DEQ": cfg["HALF_DEQ"], "ACCUM": accum,
             "PTX_DEQ": cfg["PTX_DEQ"], "SCALE_AFTER": scale_after}
     sig.update({c: "constexpr" for c in cons})
     tag = ("asym" if zeros else "sym") + (",accum" if accum else "") + (",rdna3" if family_name == "rdna3" else "")

@@ -49,7 +49,7 @@ def test_amd_configs_are_the_portable_form():
             for half in (True, False):
                 cfg = pipelined_config(m, k, n, 1, half, family)
                 assert cfg["PTX_LOADS"] is False and cfg["PTX_DEQ"] is False and cfg["num_stages"] == 2, cfg
-                assert cfg.get("UNROLL", 1) == 1 and cfg["HALF_DEQ"] == half
+                assert cfg["HALF_DEQ"] == half
                 assert cfg["BLOCK_M"] <= (64 if family == "cdna" else 16)
                 assert ("matrix_instr_nonkdim" in cfg) == (family == "cdna")
     assert pipelined_config(200, 4096, 28672, 1, False, "cdna")["BLOCK_M"] == 64  # no 256-row tile in 64 KiB
@@ -86,7 +86,7 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
                 "EVEN_N": True, "PTX_LOADS": cfg.get("PTX_LOADS", True), "HALF_DEQ": cfg.get("HALF_DEQ", False),
-                "UNROLL": cfg.get("UNROLL", 1), "ACCUM": False, "PTX_DEQ": True,
+                "ACCUM": False, "PTX_DEQ": True,
                 "SCALE_AFTER": kp._scale_after(cfg, cfg.get("HALF_DEQ", False), chunks)}
         s = dict(sig, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
@@ -168,7 +168,7 @@ def test_pipelined_configs_and_k_splits():
     # up to 16 rows of fp16: words staged through shared memory, one K tile per step, the nearest split count,
     # each tile's dot product scaled; bf16 keeps the register loads
     staged = pipelined_config(16, 4096, n_wide)
-    assert staged["PTX_LOADS"] is False and staged["UNROLL"] == 1 and staged["within_waves"] is False
+    assert staged["PTX_LOADS"] is False and staged["within_waves"] is False
     assert staged["SCALE_AFTER"] and pipelined_config(16, 4096, 4096) == staged
     assert pipelined_config(16, 4096, n_wide, half=False).get("PTX_LOADS", True)
     assert "SCALE_AFTER" not in pipelined_config(16, 4096, n_wide, half=False)
@@ -201,7 +201,7 @@ def test_pipelined_configs_and_k_splits():
     for m, k, n in ((32, 4096, n_narrow), (100, 4096, n_wide),
                     (100, LONG_K + 1, n_narrow)):
         half, f32 = pipelined_config(m, k, n), pipelined_config(m, k, n, half=False)
-        assert half["HALF_DEQ"] and not f32["HALF_DEQ"] and f32["UNROLL"] == 1
+        assert half["HALF_DEQ"] and not f32["HALF_DEQ"]
         assert f32.get("PTX_LOADS", True)  # the float32 dequantization keeps the register word loads
         assert f32 == float32_config(half)
     # bf16 on wide outputs above 64 rows: the 64 x 64 tile up to 128 rows; above 128 rows on every output the
@@ -215,10 +215,8 @@ def test_pipelined_configs_and_k_splits():
     for m, n in ((24, n_narrow), (24, n_wide), (33, n_wide), (64, n_narrow), (100, n_wide), (200, n_narrow),
                  (256, WIDE_TILE_N)):
         cfg = pipelined_config(m, 4096, n)
-        assert cfg["PTX_LOADS"] is False and cfg.get("UNROLL", 1) == 1, (m, n)
+        assert cfg["PTX_LOADS"] is False, (m, n)
     assert pipelined_config(24, 4096, n_wide) == PIPELINED_CONFIGS["narrow32"]
-    # two K tiles per step keep 127 registers (4 programs of 4 warps per SM): no class asks for more
-    assert all(c["waves"] <= 4 for c in PIPELINED_CONFIGS.values() if c.get("UNROLL", 1) == 2)
     assert pipelined_config(32, LONG_K + 1, n_narrow)["waves"] == 4  # narrow up to 32 rows: split K further
     within = {"within_waves": True}
     # 32 tiles on 132 SMs at 2 waves want 8 splits; 112 K tiles allow 7 of 16; every split non-empty
@@ -252,12 +250,10 @@ _HALF = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT":
 _SCALE_AFTER = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "SPLIT": 2, "HALF_DEQ": True,
                 "SCALE_AFTER": True}
 """The tile's dot of q - z scaled after it (layouts of one group per tile; others ignore the flag)."""
-_UNROLL = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 3, "UNROLL": 2, "HALF_DEQ": True}
-"""Two K tiles per iteration; three splits make odd tile counts per split (the zero-masked second tile)."""
 
 
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
-@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT, _UNROLL,
+@pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT,
                                  _SCALE_AFTER])
 def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order, fmt, cfg):
     """Under the interpreter the words come from plain loads (it runs no asm); everything else of the
@@ -271,7 +267,7 @@ def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order,
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the kernel is inline PTX)")
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
 @pytest.mark.parametrize("m", [1, 20, 130, 300])
-@pytest.mark.parametrize("cfg", [None, _SPLIT, _HALF, _UNROLL, _SCALE_AFTER])
+@pytest.mark.parametrize("cfg", [None, _SPLIT, _HALF, _SCALE_AFTER])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_pipelined_kernel_matches_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype):
     _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype)
