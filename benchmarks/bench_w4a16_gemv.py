@@ -109,7 +109,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-sweep", action="store_true", help="skip the knob sweep")
     parser.add_argument("--sweep-only", action="store_true", help="only the knob sweep (no seven-shape table)")
     parser.add_argument("--fixed-cost", action="store_true", help="only take the one-row fixed cost apart")
+    parser.add_argument("--sweep", help="the knob sweep's configs as a JSON list of dicts merged over the shipped "
+                        "one-row config (default: the built-in list); e.g. '[{}, {\"maxnreg\": 48}]'")
     args = parser.parse_args(argv)
+    sweep = SWEEP
+    if args.sweep:
+        try:
+            sweep = json.loads(args.sweep)
+        except json.JSONDecodeError as exc:
+            parser.error(f"--sweep is not JSON ({exc}); pass a list of dicts such as '[{{}}, {{\"maxnreg\": 48}}]'")
+        if not isinstance(sweep, list) or not all(isinstance(c, dict) for c in sweep):
+            parser.error("--sweep takes a JSON list of dicts, e.g. '[{}, {\"num_warps\": 4}]'")
     if not torch.cuda.is_available():
         print("bench_w4a16_gemv needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
@@ -142,7 +152,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not (args.quick or args.no_sweep):
         for k, n, group, act in SWEEP_SHAPES:
             w, _ = random_gptq(k, n, group, act, seed=k + n + group + int(act), asym=act)
-            for extra in SWEEP:
+            for extra in sweep:
                 cfg = dict(base, **extra)
                 try:
                     ms = ours_ms(w, 1, cfg)
