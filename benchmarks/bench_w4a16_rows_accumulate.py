@@ -7,8 +7,10 @@ form on the Llama decode shapes (g128, symmetric, fp16) over L2-cold weight copi
 shipped config and a grid around it: either class (``staged``: `rows16`, ``regs``: `rows16_regs`), forced split
 counts, 16-, 32- and 128-column tiles, other stage counts, register caps. Prints one line per (shape, rows) with
 each config's time and the best one's % of copy bandwidth, and writes JSON (RESULTS.md round 20).
+With ``--dtype bf16`` the activations are bf16 and ``f32_prev`` is bf16's float32 form on round 22's class (RESULTS.md
+round 23).
 Usage: python benchmarks/bench_w4a16_rows_accumulate.py [--rows 16] [--configs base,staged_s16,...] [--repeat 3]
-       [--out F.json]
+       [--dtype fp16|bf16] [--out F.json]
 """
 import argparse
 import json
@@ -82,17 +84,22 @@ def _grid() -> dict[str, dict[str, Any]]:
         out[tag] = {"_class": "rows64_n128", **extra}
         out[f"{tag}_w3"] = {"_class": "rows64_n128", "waves": 3, **extra}
         out[f"{tag}_k8"] = {"_class": "rows64_n128", "min_k_tiles": 8, **extra}
+    # bf16 (--dtype bf16): its float32 form on the class round 22 gave it (register word loads, float32
+    # dequantization), against the shipped config (the scaled fp16 class with bf16 planes, round 23)
+    out["f32_prev"] = {"_f32_prev": True}
     return out
 
 
 CFGS = _grid()
 
 
-def config_for(name: str, m: int, k: int, n: int) -> dict[str, Any]:
-    """The config `name` stands for at `m` rows of a `k` x `n` g128 weight (fp16, Hopper)."""
+def config_for(name: str, m: int, k: int, n: int, half: bool = True) -> dict[str, Any]:
+    """The config `name` stands for at `m` rows of a `k` x `n` g128 weight (Hopper; `half`: fp16, else bf16)."""
     extra = dict(CFGS[name])
     cls = extra.pop("_class", None)
-    cfg = dict(kp.PIPELINED_CONFIGS[cls]) if cls else kp.pipelined_config(m, k, n, 1, True, "hopper")
+    if extra.pop("_f32_prev", False):
+        return kp.float32_config(kp.PIPELINED_CONFIGS[kp._class_name(m, k, n, 1, False)])
+    cfg = dict(kp.PIPELINED_CONFIGS[cls]) if cls else kp.pipelined_config(m, k, n, 1, half, "hopper")
     cfg.update(extra)
     return cfg
 
@@ -104,6 +111,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--shapes", default="", help="comma list KxN (default: the Llama decode shapes)")
     parser.add_argument("--configs", default=",".join(CFGS), help="comma list of " + ", ".join(CFGS))
     parser.add_argument("--repeat", type=int, default=1, help="rounds over the configs (each cell: their median)")
+    parser.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16", help="activation dtype")
     parser.add_argument("--flush", action="store_true", help="time the flushed call (fp16 output, split-K tickets), "
                         "as from 17 rows on, instead of the accumulating one")
     args = parser.parse_args(argv)
@@ -119,7 +127,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s] or SHAPES
     rows = [int(r) for r in args.rows.split(",") if r]
     copy_bw = measure_copy_bandwidth("cuda")
-    res: dict[str, Any] = {"device": torch.cuda.get_device_name(), "flush": args.flush,
+    dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
+    res: dict[str, Any] = {"device": torch.cuda.get_device_name(), "flush": args.flush, "dtype": args.dtype,
                            "uuid": str(torch.cuda.get_device_properties(0).uuid),
                            "copy_GBps": copy_bw / 1e9, "configs": {c: CFGS[c] for c in names}, "rows": []}
     print(res["device"], res["uuid"], f"copy {copy_bw / 1e9:.0f} GB/s", flush=True)
@@ -127,14 +136,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         w0, _ = random_gptq(k, n, 128, False, seed=k + n)
         ws = [w0] + [_clone(w0) for _ in range(l2_cold_copies(w0.qweight.numel() * 4) - 1)]
         for m in rows:
-            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
             accs = [None if args.flush else torch.zeros(m, n, device="cuda", dtype=torch.float32) for _ in ws]
             floor = call_bytes(w0, m) / copy_bw * 1e6
             row: dict[str, Any] = {"K": k, "N": n, "M": m, "floor_us": floor, "us": {}}
             samples: dict[str, list[float]] = {name: [] for name in names}
             for _ in range(args.repeat):  # the configs in turn, `repeat` rounds: drift hits every config alike
                 for name in names:
-                    cfg = config_for(name, m, k, n)
+                    cfg = config_for(name, m, k, n, dtype == torch.float16)
                     try:
                         us = graph_ms([lambda w=w, a=a: kp.pipelined_matmul(x, w, None, arch, config=cfg,
                                                                              accumulate_into=a)

@@ -13,7 +13,7 @@ dot operand needs (the dequantized tile feeds the MMA straight from registers: n
 trip; on Hopper it is the register A operand of ``wgmma``) and pipelines the activation tile alone
 (``cp.async``, ``num_stages`` buffers), with the MMA left asynchronous across the K steps
 (`tests/kernels/test_w4a16_pipelined.py` checks that structure on the CPU). Every fp16 launch goes the
-other way (bf16 keeps the register loads, among them its classes ``rows16_regs`` and ``rows32``): the
+other way (bf16's float32 form keeps the register loads, among them its classes ``rows16_regs`` and ``rows32``): the
 words are plain loads again and the pipeliner stages them through shared memory beside the activations
 (``PTX_LOADS=False``): the loop waits on its words, not on the MMA, and buffered copies keep more of them in
 flight than registers can (RESULTS.md round16; from 33 rows round17; every class since round21).
@@ -23,7 +23,9 @@ over; the dispatcher's limits are `w4a16.ROUTE_LIMITS`. It reads the same tile-m
 (`w4a16.W4A16Weight`) and writes its tiles with the fused GEMM's own helper (`_w4a16_gemm_triton.
 _write_tile`: split-K into a persistent float32 workspace whose last split, by ticket, writes the tile,
 so one launch does it all and graphs can replay it). bf16 activations are dequantized by the fused
-GEMM's `_dequant_tile` (the exact float32 ``2**e + q`` trick); fp16 ones by `_planes`, packed fp16 PTX
+GEMM's `_dequant_tile` (the exact float32 ``2**e + q`` trick), or, with one scale group per tile, into exact bf16
+planes of q - z whose tile dot product is scaled (`_planes_qb`, 1.5 instructions per weight; round23); fp16 ones
+by `_planes`, packed fp16 PTX
 at 1.75 instructions per weight (``HALF_DEQ``), or, where one scale group spans the K tile, by `_planes_q` at
 1.25: the planes hold q - z exactly and the tile's dot product is scaled in float32 (``SCALE_AFTER``, RESULTS.md
 round21). One K tile per loop step: a two-tile step (one K = 256 dot) served fp16's register-load classes
@@ -92,6 +94,27 @@ lop3.b32 o, t, 0x00F000F0, 0x64006400, 0xea;
 }}"""
 
 
+# The bf16 twin of `_planes_asm` without the scale (``SCALE_AFTER``): bf16 has 7 mantissa bits, so bf16 128 + q
+# (bits 0x4300 or-ed with q in bits 0-3) is exact, but a nibble in bits 4-7 would reach the exponent: the odd plane is
+# shifted down 4 bits first. One fma by 1.0 with -(128 + z) ($4, the same for both planes) makes q - z exactly:
+# 6 instructions per four weights (fp16's form: 5). fma.rn.bf16x2 needs sm_80.
+def _planes_q_bf16_asm(sel: str) -> str:
+    return f"""{{
+.reg .b32 t, u, e, o, one;
+prmt.b32 t, $2, $3, {sel};
+shr.b32 u, t, 4;
+mov.b32 one, 0x3F803F80;
+lop3.b32 e, t, 0x000F000F, 0x43004300, 0xea;
+lop3.b32 o, u, 0x000F000F, 0x43004300, 0xea;
+fma.rn.bf16x2 $0, e, one, $4;
+fma.rn.bf16x2 $1, o, one, $4;
+}}"""
+
+
+_PLANES_QB_ASM_0 = tl.constexpr(_planes_q_bf16_asm("0x4400"))  # `_planes_qb`: bf16 q - z, the scale applied later
+_PLANES_QB_ASM_1 = tl.constexpr(_planes_q_bf16_asm("0x5511"))
+_PLANES_QB_ASM_2 = tl.constexpr(_planes_q_bf16_asm("0x6622"))
+_PLANES_QB_ASM_3 = tl.constexpr(_planes_q_bf16_asm("0x7733"))
 _PLANES_Q_ASM_0 = tl.constexpr(_planes_asm("0x4400", scaled=False))  # `_planes_q`: q - z, the scale applied later
 _PLANES_Q_ASM_1 = tl.constexpr(_planes_asm("0x5511", scaled=False))
 _PLANES_Q_ASM_2 = tl.constexpr(_planes_asm("0x6622", scaled=False))
@@ -120,29 +143,71 @@ def _planes_q(words, zl, zh, ASM: tl.constexpr):
 
 
 @triton.jit
+def _planes_qb(words, zb, ASM: tl.constexpr):
+    """bf16 q - z of planes 2b and 2b + 1 of `words` (ASM: `_PLANES_QB_ASM_<b>`; `zb`: bf16 -(128 + z))."""
+    return tl.inline_asm_elementwise(ASM, "=r,=r,r,r,r", [words, zb], dtype=(tl.bfloat16, tl.bfloat16),
+                                     is_pure=True, pack=2)
+
+
+@triton.jit
+def _plane_lo_qb(h, zf):
+    """Portable bf16 even plane: the nibble in bits 0-3 of int16 `h` or-ed with bf16 128's bits reads as bf16
+    128 + q (exact: 7 mantissa bits); adding `zf` = -(128 + z) makes q - z exactly. The add is float32 (exact
+    too): bf16 adds are not native on every target, and the interpreter's are wrong on bitcast values."""
+    return (((h & 0x000F) | 0x4300).to(tl.bfloat16, bitcast=True).to(tl.float32) + zf).to(tl.bfloat16)
+
+
+@triton.jit
+def _plane_hi_qb(h, zf):
+    """Portable bf16 odd plane: the nibble in bits 4-7 shifted down first (in bits 4-7 it would reach bf16's
+    exponent), then as `_plane_lo_qb`."""
+    return ((((h >> 4) & 0x000F) | 0x4300).to(tl.bfloat16, bitcast=True).to(tl.float32) + zf).to(tl.bfloat16)
+
+
+@triton.jit
 def _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
-                    HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX: tl.constexpr = True):
-    """(``(q - z)^T`` [BLOCK_N, 128] fp16, exact; the tile's float32 scales [BLOCK_N]) of K tile k0 of a layout
-    with one scale group per tile (``SCALE_AFTER``): the caller scales the tile's dot product instead of every
-    weight, which drops the two multiplies of each `_planes` (1.25 instead of 1.75 instructions per weight)."""
+                    HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX: tl.constexpr = True,
+                    BF16: tl.constexpr = False):
+    """(``(q - z)^T`` [BLOCK_N, 128] fp16, or bf16 with BF16, exact; the tile's float32 scales [BLOCK_N]) of K tile
+    k0 of a layout with one scale group per tile (``SCALE_AFTER``): the caller scales the tile's dot product
+    instead of every weight, which drops the two multiplies of each `_planes` (1.25 instead of 1.75 instructions
+    per weight in fp16; bf16 1.5, against about 3 for its float32 dequantization)."""
     s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
     shape: tl.constexpr = [BLOCK_N, 16]
-    zl = tl.broadcast_to((-1024.0 - z).to(tl.float16), shape)
-    zh = tl.broadcast_to((-64.0 - z).to(tl.float16), shape)
-    if PTX:
-        w0, w1 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_0)
-        w2, w3 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_1)
-        w4, w5 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_2)
-        w6, w7 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_3)
+    if BF16:
+        if PTX:
+            zb = tl.broadcast_to((-128.0 - z).to(tl.bfloat16), shape)
+            w0, w1 = _planes_qb(packed, zb, _PLANES_QB_ASM_0)
+            w2, w3 = _planes_qb(packed, zb, _PLANES_QB_ASM_1)
+            w4, w5 = _planes_qb(packed, zb, _PLANES_QB_ASM_2)
+            w6, w7 = _planes_qb(packed, zb, _PLANES_QB_ASM_3)
+        else:
+            zf = tl.broadcast_to(-128.0 - z, shape)
+            lo = packed.to(tl.int16)
+            hi = (packed >> 16).to(tl.int16)
+            lo8 = lo >> 8
+            hi8 = hi >> 8
+            w0, w1 = _plane_lo_qb(lo, zf), _plane_hi_qb(lo, zf)
+            w2, w3 = _plane_lo_qb(lo8, zf), _plane_hi_qb(lo8, zf)
+            w4, w5 = _plane_lo_qb(hi, zf), _plane_hi_qb(hi, zf)
+            w6, w7 = _plane_lo_qb(hi8, zf), _plane_hi_qb(hi8, zf)
     else:
-        lo = packed.to(tl.int16)
-        hi = (packed >> 16).to(tl.int16)
-        lo8 = lo >> 8
-        hi8 = hi >> 8
-        w0, w1 = _plane_lo_q(lo, zl), _plane_hi_q(lo, zh)
-        w2, w3 = _plane_lo_q(lo8, zl), _plane_hi_q(lo8, zh)
-        w4, w5 = _plane_lo_q(hi, zl), _plane_hi_q(hi, zh)
-        w6, w7 = _plane_lo_q(hi8, zl), _plane_hi_q(hi8, zh)
+        zl = tl.broadcast_to((-1024.0 - z).to(tl.float16), shape)
+        zh = tl.broadcast_to((-64.0 - z).to(tl.float16), shape)
+        if PTX:
+            w0, w1 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_0)
+            w2, w3 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_1)
+            w4, w5 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_2)
+            w6, w7 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_3)
+        else:
+            lo = packed.to(tl.int16)
+            hi = (packed >> 16).to(tl.int16)
+            lo8 = lo >> 8
+            hi8 = hi >> 8
+            w0, w1 = _plane_lo_q(lo, zl), _plane_hi_q(lo, zh)
+            w2, w3 = _plane_lo_q(lo8, zl), _plane_hi_q(lo8, zh)
+            w4, w5 = _plane_lo_q(hi, zl), _plane_hi_q(hi, zh)
+            w6, w7 = _plane_lo_q(hi8, zl), _plane_hi_q(hi8, zh)
     return _tile_of_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N), tl.reshape(s, [BLOCK_N])
 
 
@@ -268,7 +333,7 @@ def _w4a16_pipelined_kernel(
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, HALF_DEQ: tl.constexpr = False,
     ACCUM: tl.constexpr = False, PTX_DEQ: tl.constexpr = True,
-    SCALE_AFTER: tl.constexpr = False,
+    SCALE_AFTER: tl.constexpr = False, BF16: tl.constexpr = False,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -295,13 +360,13 @@ def _w4a16_pipelined_kernel(
     # Triton's pipeliner stages the activations (cp.async, num_stages buffers) and leaves the MMA in flight
     # across steps; the words are loaded where they are used (ahead-of-use register rings measured no
     # faster and stop Triton from pipelining the loop at all: RESULTS.md section w4half).
-    if SCALE_AFTER:  # one group per tile, fp16: the dot of q - z, then the tile's scales on its sums
+    if SCALE_AFTER:  # one group per tile, fp16 or bf16 planes: the dot of q - z, then the tile's scales on its sums
         for kt in range(kt0, kt1):
             k0 = kt * 128
             packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
             x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
             wq, s_n = _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, HAS_ZEROS, EVEN_K,
-                                      EVEN_N, PTX_DEQ)
+                                      EVEN_N, PTX_DEQ, BF16)
             acc += tl.dot(wq, x_t) * s_n[:, None]
     else:
         for kt in range(kt0, kt1):
@@ -392,9 +457,9 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
     - Up to 16 rows: 16-row tiles; fp16 stages the words through shared memory (``rows16``: 1.00-1.24x on the
       Llama projections, RESULTS.md round16; on 4096x4096, where the register loads of ``rows16_regs`` had been
       3-6 % faster, the staged class with its scaled dot products ties them at 2-8 rows and is 5 % faster at 16,
-      round21); bf16 keeps the register loads.
+      round21); bf16 in its float32 form (below) keeps the register loads.
     - 17-32 rows: 32-row tiles, staged and split along K further (``narrow32``); on wide outputs (from
-      `w4a16.WIDE_N` columns) bf16 keeps the register loads of ``rows32``, which fp16 left in round 21: with its
+      `w4a16.WIDE_N` columns) bf16's float32 form keeps the register loads of ``rows32``, which fp16 left in round 21: with its
       dot products scaled the staged class took 17-28 % off 4096x12288-4096x28672 (RESULTS.md round21; staged had
       been mixed there before, round16).
     - 33 rows and more: 64-row tiles, staged: 64 columns wide, or 128 on outputs of at least `WIDE_TILE_N`
@@ -404,13 +469,32 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
       round18: 122-128 against 159-162 us at 448-512 rows, and 113-118 against 122-131 us the other way at
       320-384).
 
-    bf16 takes the same tiles with the register word loads and its float32 dequantization (two K tiles a step, as
+    bf16 with one scale group per tile takes the fp16 class itself wherever that class scales each tile's dot
+    product up to 64 rows (``rows16``, ``narrow32``, ``rows64``; not at 33-64 rows of outputs of `WIDE_TILE_N`
+    columns and more), with exact bf16 planes of q - z (`_dequant_tile_q`, RESULTS.md round23). Not on AMD, where the
+    dispatcher keeps bf16 on the fused GEMM (`pipelined_eligible`). Its float32 form: elsewhere bf16
+    takes the same tiles with the register word loads and its float32 dequantization (two K tiles a step, as
     the kernel once ran them, needed 158-196 registers on sm_90 and measured up to 1.3x slower on an H100:
     RESULTS.md section w4half), except above 64 rows: on wide outputs the 64 x 128 tile lost in
     registers (0.93-0.95x at 96-192 rows on 4096x28672), so bf16 keeps the 64 x 64 tile up to 128 rows there, and
     above 128 rows every output takes the 256 x 128 tile (round17; on 14336x4096 and 11008x4096 at 160-256 rows
     1.23-1.34x dequant + BLAS, round18). The 256 x 128 tile serves one scale group per tile only: with more, its
     sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0), and the 64 x 64 tile runs instead."""
+    amd = family in AMD_CLASSES
+    if not half and chunks == 1 and m <= 64 and not amd:  # bf16 planes (round 23): the fp16 class where it is scaled
+        name16 = _class_name(m, k, n, chunks, True)
+        if PIPELINED_CONFIGS[name16].get("SCALE_AFTER"):
+            return dict(PIPELINED_CONFIGS[name16])
+    name = _class_name(m, k, n, chunks, half)
+    if amd:
+        name = AMD_CLASSES[family].get(name, name)
+    cfg = dict(PIPELINED_CONFIGS[name]) if half else float32_config(PIPELINED_CONFIGS[name])
+    return amd_config(cfg, family) if amd else cfg
+
+
+def _class_name(m: int, k: int, n: int, chunks: int, half: bool) -> str:
+    """The Hopper class of `pipelined_config` for `m` rows of a `k` x `n` weight (`half`: fp16 activations, else
+    bf16 on its float32 dequantization)."""
     narrow = n < WIDE_N
     if m <= 16:
         name = "rows16" if half else "rows16_regs"
@@ -424,11 +508,7 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
         name = "rows64"
     else:
         name = "rows64_n128" if n >= WIDE_TILE_N or m > 128 else "rows64"
-    amd = family in AMD_CLASSES
-    if amd:
-        name = AMD_CLASSES[family].get(name, name)
-    cfg = dict(PIPELINED_CONFIGS[name]) if half else float32_config(PIPELINED_CONFIGS[name])
-    return amd_config(cfg, family) if amd else cfg
+    return name
 
 
 def float32_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -451,28 +531,28 @@ def fit_wave(cfg: dict[str, Any], programs: int, cus: int, scaled: bool = False)
     return cfg
 
 
-def _scale_after(cfg: dict[str, Any], half: bool, chunks: int, programs: int = 0, cus: int = 1,
-                 can_cap: bool = False) -> bool:
+def _scale_after(cfg: dict[str, Any], chunks: int, programs: int = 0, cus: int = 1, can_cap: bool = False) -> bool:
     """Whether a launch of `cfg` over `programs` programs on `cus` SMs scales each K tile's dot product instead of
-    each weight (``SCALE_AFTER``): asked by the config, fp16 activations (the fp16 planes), one scale group per
+    each weight (``SCALE_AFTER``): asked by the config (fp16 classes; bf16 takes them where `pipelined_config`
+    gives it one: its float32 form, `float32_config`, never asks), one scale group per
     tile, and a grid within the config's ``scale_after_waves`` programs per SM where it names
     one (the second accumulator's registers leave fewer programs per SM), unless the launch `can_cap` registers
     (NVIDIA) and the config names the cap that fits the larger grid (``scale_after_maxnreg``, `fit_wave`)."""
-    return (bool(cfg.get("SCALE_AFTER", False)) and half and chunks == 1
+    return (bool(cfg.get("SCALE_AFTER", False)) and chunks == 1
             and (programs <= cfg.get("scale_after_waves", programs) * cus
                  or (can_cap and "scale_after_maxnreg" in cfg)))
 
 
-def launch_plan(cfg: dict[str, Any], tiles: int, k_tiles: int, half: bool, chunks: int, cus: int,
+def launch_plan(cfg: dict[str, Any], tiles: int, k_tiles: int, chunks: int, cus: int,
                 can_cap: bool) -> tuple[dict[str, Any], int, int, bool]:
     """(config, K splits, K tiles per split, scaled) of a launch of `cfg` over `tiles` output tiles of `k_tiles` K
     tiles on `cus` SMs: where the launch may scale each tile's dot product (`_scale_after`), that form's own
     programs per SM (``scale_after_waves``) set the K splits, not ``waves``; `fit_wave` then sets the register
     caps of the grid. `can_cap`: the target takes register caps (NVIDIA)."""
     split_cfg = ({**cfg, "waves": cfg["scale_after_waves"]}
-                 if "scale_after_waves" in cfg and _scale_after(cfg, half, chunks) else cfg)
+                 if "scale_after_waves" in cfg and _scale_after(cfg, chunks) else cfg)
     splits, per = split_k(tiles, 1, k_tiles, split_cfg, cus)
-    scaled = _scale_after(cfg, half, chunks, tiles * splits, cus, can_cap=can_cap)
+    scaled = _scale_after(cfg, chunks, tiles * splits, cus, can_cap=can_cap)
     return fit_wave(cfg, tiles * splits, cus, scaled), splits, per, scaled
 
 
@@ -514,7 +594,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     # x in the layout's row order (act-order), zero columns for the padded rows (ragged K)
     x_src = gather_x(x2, w, True) if w.perm is not None or k % TILE else x2
     tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    cfg, splits, per, scaled = launch_plan(cfg, tiles, w.k_tiles, half, _chunks(gs), compute_units(x2.device), nvidia)
+    cfg, splits, per, scaled = launch_plan(cfg, tiles, w.k_tiles, _chunks(gs), compute_units(x2.device), nvidia)
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles; an
     # accumulator is its own workspace and needs no tickets
     ws, cnt = _workspace(x2.device, n, m) if splits > 1 and not accumulate else (out, out)
@@ -527,7 +607,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=nvidia and bool(cfg.get("PTX_LOADS", True)),
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and half, ACCUM=accumulate,
         PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)),
-        SCALE_AFTER=scaled, **launch_options(cfg, arch),
+        SCALE_AFTER=scaled, BF16=x2.dtype == torch.bfloat16, **launch_options(cfg, arch),
     )
     return out
 
@@ -549,7 +629,7 @@ def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool, 
     `large_grid`: the form a grid past the class's ``scale_after_waves`` launches there (each weight scaled: AMD
     takes no register cap)."""
     cfg = amd_config(dict(PIPELINED_CONFIGS[cls]), family_name)
-    scale_after = _scale_after(cfg, True, _chunks(group)) and not large_grid
+    scale_after = _scale_after(cfg, _chunks(group)) and not large_grid
     sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
            "out_ptr": "*fp32" if accum else "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
            "K": "i32", "KT": "i32", "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}

@@ -54,7 +54,9 @@ def test_amd_configs_are_the_portable_form():
                 assert ("matrix_instr_nonkdim" in cfg) == (family == "cdna")
     assert pipelined_config(200, 4096, 28672, 1, False, "cdna")["BLOCK_M"] == 64  # no 256-row tile in 64 KiB
     assert pipelined_config(16, 4096, 4096, 1, True, "hopper") == PIPELINED_CONFIGS["rows16"]
-    assert pipelined_config(16, 4096, 4096, 1, False, "hopper") == float32_config(PIPELINED_CONFIGS["rows16_regs"])
+    # bf16 with one group per tile takes the scaled fp16 class itself (bf16 planes); with more, its float32 form
+    assert pipelined_config(16, 4096, 4096, 1, False, "hopper") == PIPELINED_CONFIGS["rows16"]
+    assert pipelined_config(16, 4096, 4096, 4, False, "hopper") == float32_config(PIPELINED_CONFIGS["rows16_regs"])
 
 
 
@@ -82,13 +84,16 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
     served = [(1, False, 1, None)] if name == "rows256" else [(1, False, 1, None), (4, True, 2, None)]
     # and the g128 form under each register cap a grid can give it (`fit_wave`)
     served += [(1, False, 1, cfg[key]) for key in ("overflow_maxnreg", "scale_after_maxnreg") if key in cfg]
-    for chunks, zeros, split, cap in served:
+    # and bf16's scaled form (its planes of q - z) wherever the class scales one-group tiles, under the same caps
+    served = [(*v, False) for v in served] + [(*v, True) for v in served if v[0] == 1 and kp._scale_after(cfg, 1)]
+    for chunks, zeros, split, cap, bf16 in served:
         cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
-                "EVEN_N": True, "PTX_LOADS": cfg.get("PTX_LOADS", True), "HALF_DEQ": cfg.get("HALF_DEQ", False),
-                "ACCUM": False, "PTX_DEQ": True,
-                "SCALE_AFTER": kp._scale_after(cfg, cfg.get("HALF_DEQ", False), chunks)}
-        s = dict(sig, **{name: "constexpr" for name in cons})
+                "EVEN_N": True, "PTX_LOADS": cfg.get("PTX_LOADS", True),
+                "HALF_DEQ": cfg.get("HALF_DEQ", False) and not bf16, "ACCUM": False, "PTX_DEQ": True,
+                "SCALE_AFTER": kp._scale_after(cfg, chunks), "BF16": bf16}
+        act = {"x_ptr": "*bf16", "bias_ptr": "*bf16", "out_ptr": "*bf16"} if bf16 else {}
+        s = dict(sig, **act, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
         c = triton.compile(ASTSource(fn=kp._w4a16_pipelined_kernel, signature=s, constexprs=cons, attrs=attrs),
                            target=GPUTarget("cuda", 90, 32),
@@ -100,7 +105,8 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
         usage = subprocess.run([cuobjdump, "-res-usage", "kernel.cubin"], capture_output=True, text=True,
                                check=True).stdout
         seen.append({"config": name, "maxnreg": cap, "half": cons["HALF_DEQ"], "ptx_loads": cons["PTX_LOADS"],
-                     "scale_after": cons["SCALE_AFTER"], "f16x2_adds": c.asm["ptx"].count("add.rn.f16x2"),
+                     "scale_after": cons["SCALE_AFTER"], "bf16": bf16, "f16x2_adds": c.asm["ptx"].count("add.rn.f16x2"),
+                     "bf16x2_fmas": c.asm["ptx"].count("fma.rn.bf16x2"),
                      "f16x2_muls": c.asm["ptx"].count("mul.rn.f16x2"), "wgmma": ir.count("ttng.warp_group_dot "),
                      "async_copies": ir.count("ttg.async_copy_global_to_local"), "local_loads": ir.count("ttg.local_load"),
                      "stack": [int(v) for v in re.findall(r"STACK:(\d+)", usage)]})
@@ -112,7 +118,8 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
     """Compiled in a fresh process with the interpreter off. What makes the kernel worth having: the
     activations are staged by asynchronous copies (pipelined), the dequantized weight feeds ``wgmma``
     straight from registers, the fp16 configs dequantize with the packed fp16 asm (without its multiplies where
-    a config scales each tile's dot product: `SCALE_AFTER`), and nothing spills. With PTX word loads nothing goes
+    a config scales each tile's dot product: `SCALE_AFTER`; bf16 there with its bf16 planes), and nothing spills.
+    With PTX word loads nothing goes
     through shared memory but the activations (no ``local_load``); the configs with plain word loads have their
     words staged too (more asynchronous copies) and read back."""
     import json
@@ -123,8 +130,13 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
 
     caps = sum(key in cfg for cfg in PIPELINED_CONFIGS.values() for key in ("overflow_maxnreg", "scale_after_maxnreg"))
     assert caps >= 2  # rows16's one-wave cap, rows64's scaled form on large grids
-    assert len(builds) == 2 * len(PIPELINED_CONFIGS) - 1 + caps  # the 256x128 tile serves one group per tile only
+    fp16 = [b for b in builds if not b["bf16"]]
+    assert len(fp16) == 2 * len(PIPELINED_CONFIGS) - 1 + caps  # the 256x128 tile serves one group per tile only
+    scaled = [b for b in fp16 if b["scale_after"]]
+    assert len(scaled) >= 3 and sorted((b["config"], b["maxnreg"] or 0) for b in scaled) == sorted(
+        (b["config"], b["maxnreg"] or 0) for b in builds if b["bf16"])  # bf16's scaled twins, cap for cap
     for b in builds:
+        assert (b["bf16x2_fmas"] > 0) == b["bf16"], b  # bf16's planes of q - z, in its scaled form only
         assert b["wgmma"] >= 1, b
         assert b["async_copies"] >= 2, b  # at least double-buffered activations
         assert (b["f16x2_adds"] > 0) == b["half"], b  # the fp16 planes
@@ -150,9 +162,9 @@ def test_pipelined_configs_and_k_splits():
 
     n_wide, n_narrow = 14336, 4096
     assert pipelined_config(16, 4096, n_wide)["BLOCK_M"] == 16 and pipelined_config(32, 4096, n_narrow)["BLOCK_M"] == 32
-    # narrow outputs split K further (bf16 keeps the register class on wide ones)
-    assert (pipelined_config(24, 4096, n_narrow, half=False)["waves"]
-            > pipelined_config(24, 4096, n_wide, half=False)["waves"])
+    # narrow outputs split K further (bf16's float32 form keeps the register class on wide ones)
+    assert (pipelined_config(24, 4096, n_narrow, chunks=4, half=False)["waves"]
+            > pipelined_config(24, 4096, n_wide, chunks=4, half=False)["waves"])
     # 33 rows and more: 64-row tiles, 64 columns wide and split along K (4 programs per SM) ...
     for m, k, n in ((33, 4096, n_narrow), (64, LONG_K + 1, n_narrow), (256, LONG_K + 1, n_narrow), (100, 4096, 12288)):
         cfg = pipelined_config(m, k, n)
@@ -166,12 +178,19 @@ def test_pipelined_configs_and_k_splits():
         assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"]) == (64, 128, 8), (m, k, n)
     assert pipelined_config(128, 4096, WIDE_TILE_N - 1)["BLOCK_N"] == 64
     # up to 16 rows of fp16: words staged through shared memory, one K tile per step, the nearest split count,
-    # each tile's dot product scaled; bf16 keeps the register loads
+    # each tile's dot product scaled; bf16 in its float32 form (more than one group per tile) keeps the register loads
     staged = pipelined_config(16, 4096, n_wide)
     assert staged["PTX_LOADS"] is False and staged["within_waves"] is False
     assert staged["SCALE_AFTER"] and pipelined_config(16, 4096, 4096) == staged
-    assert pipelined_config(16, 4096, n_wide, half=False).get("PTX_LOADS", True)
-    assert "SCALE_AFTER" not in pipelined_config(16, 4096, n_wide, half=False)
+    assert pipelined_config(16, 4096, n_wide, chunks=4, half=False).get("PTX_LOADS", True)
+    assert "SCALE_AFTER" not in pipelined_config(16, 4096, n_wide, chunks=4, half=False)
+    # bf16 with one group per tile takes the fp16 class wherever it is scaled (its bf16 planes of q - z): 2-64 rows
+    # but 33-64 of the widest outputs (the unscaled 64 x 128 tile), where its float32 form stays
+    for m, k, n in ((2, 4096, n_wide), (16, 4096, 4096), (24, 4096, n_wide), (24, 4096, n_narrow),
+                    (48, LONG_K + 1, n_narrow), (64, 4096, n_wide)):
+        assert pipelined_config(m, k, n, half=False) == pipelined_config(m, k, n), (m, k, n)
+        assert pipelined_config(m, k, n, half=False)["SCALE_AFTER"]
+    assert pipelined_config(48, 4096, WIDE_TILE_N, half=False) == float32_config(PIPELINED_CONFIGS["rows64_n128"])
     assert split_k(448, 1, 32, staged, 132) == (2, 16)  # 4096 x 28672: 896 programs, the nearest to 6 per SM
     assert split_k(64, 1, 112, staged, 132) == (12, 10)  # 14336 x 4096
     # a grid past 6 programs per SM takes the register cap that fits 7 (one wave); within it the cap stays 80
@@ -180,8 +199,8 @@ def test_pipelined_configs_and_k_splits():
     # the tile's dot product is scaled (one group per tile, fp16) on grids within the class's programs per SM, and
     # on larger ones where the launch caps registers (NVIDIA) so that the unscaled form's 4 per SM still fit
     rows64 = PIPELINED_CONFIGS["rows64"]
-    assert _scale_after(rows64, True, 1, 384, 132) and not _scale_after(rows64, True, 1, 512, 132)
-    assert _scale_after(rows64, True, 1, 512, 132, can_cap=True)
+    assert _scale_after(rows64, 1, 384, 132) and not _scale_after(rows64, 1, 512, 132)
+    assert _scale_after(rows64, 1, 512, 132, can_cap=True)
     assert fit_wave(rows64, 512, 132, scaled=True)["maxnreg"] == 128
     assert "maxnreg" not in fit_wave(rows64, 396, 132, scaled=True)
     assert "maxnreg" not in fit_wave(rows64, 512, 132, scaled=False)
@@ -189,18 +208,18 @@ def test_pipelined_configs_and_k_splits():
     # 224 tiles, one split; 14336 x 4096: 64 tiles, 6 splits), which it then takes uncapped; the unscaled layouts
     # (g32, bf16) keep the class's 4 per SM
     rows64w = {**rows64, "within_waves": True}
-    assert launch_plan(rows64w, 224, 32, True, 1, 132, True) == (rows64w, 1, 32, True)
-    assert launch_plan(rows64w, 64, 112, True, 1, 132, True) == (rows64w, 6, 19, True)
-    assert launch_plan(rows64w, 224, 32, True, 4, 132, True)[1:] == (2, 16, False)
-    assert launch_plan(rows64w, 448, 32, True, 1, 132, False)[1:] == (1, 32, False)  # no cap (AMD): unscaled
-    assert not _scale_after(PIPELINED_CONFIGS["rows64_n128"], True, 1, 10**6, 132, can_cap=True)
-    assert not _scale_after(rows64, True, 4, 64, 132) and not _scale_after(rows64, False, 1, 64, 132)
-    assert _scale_after(staged, True, 1, 10**6, 132) and not _scale_after(PIPELINED_CONFIGS["rows32"], True, 1)
-    # bf16 takes the float32 dequantization with the same tiles, one K tile per step (up to 16 rows, and at 17-32
-    # rows on wide outputs, its own register-load classes: above)
+    assert launch_plan(rows64w, 224, 32, 1, 132, True) == (rows64w, 1, 32, True)
+    assert launch_plan(rows64w, 64, 112, 1, 132, True) == (rows64w, 6, 19, True)
+    assert launch_plan(rows64w, 224, 32, 4, 132, True)[1:] == (2, 16, False)
+    assert launch_plan(rows64w, 448, 32, 1, 132, False)[1:] == (1, 32, False)  # no cap (AMD): unscaled
+    assert not _scale_after(PIPELINED_CONFIGS["rows64_n128"], 1, 10**6, 132, can_cap=True)
+    assert not _scale_after(rows64, 4, 64, 132) and not _scale_after(float32_config(rows64), 1, 64, 132)
+    assert _scale_after(staged, 1, 10**6, 132) and not _scale_after(PIPELINED_CONFIGS["rows32"], 1)
+    # bf16's float32 form takes the float32 dequantization with the same tiles, one K tile per step (up to 16 rows,
+    # and at 17-32 rows on wide outputs, its own register-load classes: above)
     for m, k, n in ((32, 4096, n_narrow), (100, 4096, n_wide),
                     (100, LONG_K + 1, n_narrow)):
-        half, f32 = pipelined_config(m, k, n), pipelined_config(m, k, n, half=False)
+        half, f32 = pipelined_config(m, k, n, chunks=4), pipelined_config(m, k, n, chunks=4, half=False)
         assert half["HALF_DEQ"] and not f32["HALF_DEQ"]
         assert f32.get("PTX_LOADS", True)  # the float32 dequantization keeps the register word loads
         assert f32 == float32_config(half)
@@ -263,6 +282,30 @@ def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order,
     _check_exact(k, n, group, sym, act_order, fmt, 20, cfg, torch.float16)
 
 
+_ONE_GROUP_CASES = [case for case in PACKED_CASES if case[2] in (128, -1)]
+"""Layouts of one scale group per 128-row tile (g128 with and without act-order, per-channel), which the scaled form
+serves."""
+
+
+@pytest.mark.parametrize("k,n,group,sym,act_order,fmt", _ONE_GROUP_CASES)
+@pytest.mark.parametrize("m", [3, 20])
+def test_bf16_planes_are_exact_before_the_last_rounding(k, n, group, sym, act_order, fmt, m):
+    """bf16 activations on the scaled form (`SCALE_AFTER`, bf16 planes of q - z; the interpreter runs their
+    portable form, the GPU their PTX): q - z is exact in bf16, the products exact in the dot's float32 sums, the scale
+    applied in float32, so each output is within half a bf16 step of the exact product (plus float32 summation),
+    where a weight rounded to bf16 first (the float32 form) errs by up to half a bf16 step per weight."""
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=k + n + group)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=group,
+                            checkpoint_format=fmt)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(k + m)).bfloat16().to(DEVICE)
+    bias = torch.randn(n, generator=torch.Generator().manual_seed(n)).bfloat16().to(DEVICE)
+    exact = x.double() @ expected.double().to(DEVICE) + bias.double()
+    out = w4a16_matmul(x, w, bias, route="pipelined", config=_SCALE_AFTER)
+    assert out.dtype == torch.bfloat16
+    summed = (x.double().abs() @ expected.double().abs().to(DEVICE)) * (k * 2.0**-24)  # float32 summation's bound
+    assert ((out.double() - exact).abs() <= exact.abs() * 2.0**-8 + summed + 1e-6).all()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the kernel is inline PTX)")
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
@@ -283,11 +326,14 @@ _CLASS_LAYOUTS = [(128, True, False), (32, False, True)]
 @pytest.mark.parametrize("group,sym,act_order", _CLASS_LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_every_pipelined_class_matches_exact(name, group, sym, act_order, dtype):
-    """Each class of `PIPELINED_CONFIGS` as the dispatcher launches it (fp16: as written; bf16: `float32_config`),
-    on a weight with several column tiles and K splits."""
-    from optimum_amdx.kernels._w4a16_pipelined_triton import float32_config
+    """Each class of `PIPELINED_CONFIGS` as the dispatcher launches it (fp16: as written; bf16: as written where the
+    class scales one-group tiles, its bf16 planes; otherwise `float32_config`), on a weight with several column tiles
+    and K splits."""
+    from optimum_amdx.kernels._w4a16_pipelined_triton import _scale_after, float32_config
 
-    cfg = PIPELINED_CONFIGS[name] if dtype == torch.float16 else float32_config(PIPELINED_CONFIGS[name])
+    cfg = PIPELINED_CONFIGS[name]
+    if dtype == torch.bfloat16 and not (group == 128 and _scale_after(cfg, 1)):
+        cfg = float32_config(cfg)
     _check_exact(2048, 768, group, sym, act_order, "gptq", 2 * cfg["BLOCK_M"] - 3, cfg, dtype)
 
 
@@ -358,7 +404,7 @@ def test_rows64_scales_large_grids_under_its_register_cap():
     tiles = 2 * 12800 // 64
     if tiles <= cfg["scale_after_waves"] * cus:
         pytest.skip(f"{cus} SMs fit the grid without the cap")
-    planned, splits, _, scaled = launch_plan(cfg, tiles, 2, True, 1, cus, True)
+    planned, splits, _, scaled = launch_plan(cfg, tiles, 2, 1, cus, True)
     assert splits == 1 and scaled and planned["maxnreg"] == cfg["scale_after_maxnreg"]
     out, exact = _past_fp16_range(256, 12800, 128, cfg)
     assert (out - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
