@@ -87,6 +87,7 @@ def _grid() -> dict[str, dict[str, Any]]:
     # bf16 (--dtype bf16): its float32 form on the class round 22 gave it (register word loads, float32
     # dequantization), against the shipped config (the scaled fp16 class with bf16 planes, round 23)
     out["f32_prev"] = {"_f32_prev": True}
+    out["rows64_cls"] = {"_class": "rows64"}  # bf16: its planes on the 64 x 64 tile (the class scales one-group tiles)
     return out
 
 

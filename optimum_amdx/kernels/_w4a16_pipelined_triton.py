@@ -143,6 +143,15 @@ def _planes_q(words, zl, zh, ASM: tl.constexpr):
 
 
 @triton.jit
+def _byte_halves(packed):
+    """The portable planes' inputs: int16 copies of `packed` ([BLOCK_N, 16] int32) holding byte b in bits 0-7 for
+    b = 0, 1, 2, 3 (its 16-bit half, shifted by 8 for odd b), that is planes 2b (bits 0-3) and 2b + 1 (bits 4-7)."""
+    lo = packed.to(tl.int16)
+    hi = (packed >> 16).to(tl.int16)
+    return lo, lo >> 8, hi, hi >> 8
+
+
+@triton.jit
 def _planes_qb(words, zb, ASM: tl.constexpr):
     """bf16 q - z of planes 2b and 2b + 1 of `words` (ASM: `_PLANES_QB_ASM_<b>`; `zb`: bf16 -(128 + z))."""
     return tl.inline_asm_elementwise(ASM, "=r,=r,r,r,r", [words, zb], dtype=(tl.bfloat16, tl.bfloat16),
@@ -183,10 +192,7 @@ def _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
             w6, w7 = _planes_qb(packed, zb, _PLANES_QB_ASM_3)
         else:
             zf = tl.broadcast_to(-128.0 - z, shape)
-            lo = packed.to(tl.int16)
-            hi = (packed >> 16).to(tl.int16)
-            lo8 = lo >> 8
-            hi8 = hi >> 8
+            lo, lo8, hi, hi8 = _byte_halves(packed)
             w0, w1 = _plane_lo_qb(lo, zf), _plane_hi_qb(lo, zf)
             w2, w3 = _plane_lo_qb(lo8, zf), _plane_hi_qb(lo8, zf)
             w4, w5 = _plane_lo_qb(hi, zf), _plane_hi_qb(hi, zf)
@@ -200,10 +206,7 @@ def _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
             w4, w5 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_2)
             w6, w7 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_3)
         else:
-            lo = packed.to(tl.int16)
-            hi = (packed >> 16).to(tl.int16)
-            lo8 = lo >> 8
-            hi8 = hi >> 8
+            lo, lo8, hi, hi8 = _byte_halves(packed)
             w0, w1 = _plane_lo_q(lo, zl), _plane_hi_q(lo, zh)
             w2, w3 = _plane_lo_q(lo8, zl), _plane_hi_q(lo8, zh)
             w4, w5 = _plane_lo_q(hi, zl), _plane_hi_q(hi, zh)
@@ -249,10 +252,7 @@ def _plane_hi(h, s, zh):
 def _planes_portable(packed, s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2, zh3, zl4, zh5, zl6, zh7):
     """The eight fp16 planes of `packed` ([BLOCK_N, 16] int32) without asm: byte b of each word (its 16-bit half,
     shifted by 8 for odd b) holds planes 2b (bits 0-3) and 2b + 1 (bits 4-7)."""
-    lo = packed.to(tl.int16)
-    hi = (packed >> 16).to(tl.int16)
-    lo8 = lo >> 8
-    hi8 = hi >> 8
+    lo, lo8, hi, hi8 = _byte_halves(packed)
     return (_plane_lo(lo, s0, zl0), _plane_hi(lo, s1, zh1), _plane_lo(lo8, s2, zl2), _plane_hi(lo8, s3, zh3),
             _plane_lo(hi, s4, zl4), _plane_hi(hi, s5, zh5), _plane_lo(hi8, s6, zl6), _plane_hi(hi8, s7, zh7))
 
@@ -418,6 +418,11 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
                     "HALF_DEQ": True, "PTX_LOADS": False},
     "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},  # bf16 only
 }
+BF16_PLANES_MAX_WIDE = 192
+"""The most rows of bf16 on a wide output (`w4a16.WIDE_N` columns and more, one scale group per tile) that take its
+planes of q - z (`pipelined_config`): at 33-64 rows of the widest outputs they were 1.22-1.62x faster than bf16's
+float32 tiles and at 96-192 rows 1.07-1.41x, at 256 rows 0.94-0.99x the 256 x 128 one on 4096x12288-4096x28672 (H100,
+RESULTS.md round23). Narrow outputs take them at every row count: 1.02-1.86x at 256 rows."""
 WIDE_TILE_N = 16384
 """Outputs at least this wide (the fused gate/up, 22016 and 28672 columns) take the 64 x 128 tile from 33 rows:
 their 128-column tiles alone outnumber the SMs (H100, RESULTS.md round17: 40.1-42.9 against 46.6-48.8 us with
@@ -469,10 +474,12 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
       round18: 122-128 against 159-162 us at 448-512 rows, and 113-118 against 122-131 us the other way at
       320-384).
 
-    bf16 with one scale group per tile takes the fp16 class itself wherever that class scales each tile's dot
-    product up to 64 rows (``rows16``, ``narrow32``, ``rows64``; not at 33-64 rows of outputs of `WIDE_TILE_N`
-    columns and more), with exact bf16 planes of q - z (`_dequant_tile_q`, RESULTS.md round23). Not on AMD, where the
-    dispatcher keeps bf16 on the fused GEMM (`pipelined_eligible`). Its float32 form: elsewhere bf16
+    bf16 with one scale group per tile takes exact bf16 planes of q - z and the scaled dot products
+    (`_dequant_tile_q`), on narrow outputs at every row count and on wide ones up to `BF16_PLANES_MAX_WIDE` rows: the
+    fp16 class where that class scales (``rows16``, ``narrow32``, ``rows64``), else ``rows64`` (in place of the
+    unscaled 64 x 128 tile). On an H100 that is 1.02-1.86x faster than its float32 form at 2-256 rows, and 0.96-1.16x
+    the fp16 time (RESULTS.md round23). Not on AMD, where the dispatcher keeps bf16 on the fused GEMM
+    (`pipelined_eligible`). Its float32 form: elsewhere bf16
     takes the same tiles with the register word loads and its float32 dequantization (two K tiles a step, as
     the kernel once ran them, needed 158-196 registers on sm_90 and measured up to 1.3x slower on an H100:
     RESULTS.md section w4half), except above 64 rows: on wide outputs the 64 x 128 tile lost in
@@ -481,10 +488,9 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
     1.23-1.34x dequant + BLAS, round18). The 256 x 128 tile serves one scale group per tile only: with more, its
     sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0), and the 64 x 64 tile runs instead."""
     amd = family in AMD_CLASSES
-    if not half and chunks == 1 and m <= 64 and not amd:  # bf16 planes (round 23): the fp16 class where it is scaled
+    if not half and chunks == 1 and not amd and (m <= BF16_PLANES_MAX_WIDE or n < WIDE_N):  # bf16 planes
         name16 = _class_name(m, k, n, chunks, True)
-        if PIPELINED_CONFIGS[name16].get("SCALE_AFTER"):
-            return dict(PIPELINED_CONFIGS[name16])
+        return dict(PIPELINED_CONFIGS[name16 if PIPELINED_CONFIGS[name16].get("SCALE_AFTER") else "rows64"])
     name = _class_name(m, k, n, chunks, half)
     if amd:
         name = AMD_CLASSES[family].get(name, name)

@@ -156,11 +156,13 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
 
 def test_pipelined_configs_and_k_splits():
     from optimum_amdx.kernels._w4a16_gemm_triton import split_k
-    from optimum_amdx.kernels._w4a16_pipelined_triton import (PIPELINED_CONFIGS, WIDE_TILE_N, _scale_after, fit_wave,
-                                                           float32_config, launch_plan, pipelined_config)
+    from optimum_amdx.kernels._w4a16_pipelined_triton import (BF16_PLANES_MAX_WIDE, PIPELINED_CONFIGS, WIDE_TILE_N,
+                                                           _scale_after, fit_wave, float32_config, launch_plan,
+                                                           pipelined_config)
     from optimum_amdx.kernels.w4a16 import LONG_K
 
     n_wide, n_narrow = 14336, 4096
+    rows64_cfg = PIPELINED_CONFIGS["rows64"]
     assert pipelined_config(16, 4096, n_wide)["BLOCK_M"] == 16 and pipelined_config(32, 4096, n_narrow)["BLOCK_M"] == 32
     # narrow outputs split K further (bf16's float32 form keeps the register class on wide ones)
     assert (pipelined_config(24, 4096, n_narrow, chunks=4, half=False)["waves"]
@@ -184,13 +186,16 @@ def test_pipelined_configs_and_k_splits():
     assert staged["SCALE_AFTER"] and pipelined_config(16, 4096, 4096) == staged
     assert pipelined_config(16, 4096, n_wide, chunks=4, half=False).get("PTX_LOADS", True)
     assert "SCALE_AFTER" not in pipelined_config(16, 4096, n_wide, chunks=4, half=False)
-    # bf16 with one group per tile takes the fp16 class wherever it is scaled (its bf16 planes of q - z): 2-64 rows
-    # but 33-64 of the widest outputs (the unscaled 64 x 128 tile), where its float32 form stays
+    # bf16 with one group per tile takes its bf16 planes of q - z: the fp16 class where that class is scaled, else the
+    # scaled 64 x 64 tile (in place of the unscaled 64 x 128 one); on wide outputs up to BF16_PLANES_MAX_WIDE rows,
+    # on narrow ones at every row count
     for m, k, n in ((2, 4096, n_wide), (16, 4096, 4096), (24, 4096, n_wide), (24, 4096, n_narrow),
-                    (48, LONG_K + 1, n_narrow), (64, 4096, n_wide)):
+                    (48, LONG_K + 1, n_narrow), (64, 4096, n_wide), (256, LONG_K + 1, n_narrow), (200, 4096, 4096)):
         assert pipelined_config(m, k, n, half=False) == pipelined_config(m, k, n), (m, k, n)
         assert pipelined_config(m, k, n, half=False)["SCALE_AFTER"]
-    assert pipelined_config(48, 4096, WIDE_TILE_N, half=False) == float32_config(PIPELINED_CONFIGS["rows64_n128"])
+    for m, k, n in ((48, 4096, WIDE_TILE_N), (100, LONG_K + 1, n_narrow), (BF16_PLANES_MAX_WIDE, 4096, n_wide)):
+        assert pipelined_config(m, k, n)["BLOCK_N"] == 128 and pipelined_config(m, k, n, half=False) == rows64_cfg
+    assert pipelined_config(BF16_PLANES_MAX_WIDE + 1, 4096, n_wide, half=False)["BLOCK_M"] == 256  # float32 form
     assert split_k(448, 1, 32, staged, 132) == (2, 16)  # 4096 x 28672: 896 programs, the nearest to 6 per SM
     assert split_k(64, 1, 112, staged, 132) == (12, 10)  # 14336 x 4096
     # a grid past 6 programs per SM takes the register cap that fits 7 (one wave); within it the cap stays 80
@@ -223,12 +228,12 @@ def test_pipelined_configs_and_k_splits():
         assert half["HALF_DEQ"] and not f32["HALF_DEQ"]
         assert f32.get("PTX_LOADS", True)  # the float32 dequantization keeps the register word loads
         assert f32 == float32_config(half)
-    # bf16 on wide outputs above 64 rows: the 64 x 64 tile up to 128 rows; above 128 rows on every output the
-    # 256 x 128 tile (one group per tile; four take the 64 x 64 tile)
-    assert pipelined_config(100, 4096, WIDE_TILE_N, half=False)["BLOCK_N"] == 64
-    assert pipelined_config(48, 4096, WIDE_TILE_N, half=False)["BLOCK_N"] == 128
+    # bf16's float32 form on wide outputs above 64 rows: the 64 x 64 tile up to 128 rows; above 128 rows on every
+    # output the 256 x 128 tile (one group per tile, where the planes do not serve; four take the 64 x 64 tile)
+    assert pipelined_config(100, 4096, WIDE_TILE_N, chunks=4, half=False)["BLOCK_N"] == 64
+    assert pipelined_config(48, 4096, WIDE_TILE_N, chunks=4, half=False)["BLOCK_N"] == 128
+    assert pipelined_config(200, LONG_K + 1, n_wide, half=False)["BLOCK_M"] == 256
     for n in (n_wide, n_narrow):
-        assert pipelined_config(200, LONG_K + 1, n, half=False)["BLOCK_M"] == 256
         assert pipelined_config(200, LONG_K + 1, n, chunks=4, half=False)["BLOCK_M"] == 64
     # fp16 stages the words at every row count (wide outputs at 17-32 rows too since round 21)
     for m, n in ((24, n_narrow), (24, n_wide), (33, n_wide), (64, n_narrow), (100, n_wide), (200, n_narrow),
