@@ -5,7 +5,7 @@ dequantization. The shipped route for many rows writes the dense fp16 weight (`_
 dequant_matmul`) and lets the BLAS read it back; the fused GEMMs never write it. Per Llama shape and row
 count, side by side in one run: torch fp16 on the dense weight (the reference), the dequant route, and
 (`--fused`) the pipelined fused GEMM (its own config for the row count, and `--pipelined` overrides) and
-the plain fused GEMM. Times are medians of graph replays over enough weight copies that L2 cannot hold
+the plain fused GEMM; `--dtype bf16` makes it all bf16. Times are medians of graph replays over enough weight copies that L2 cannot hold
 them (`--eager`: launched from Python), each with its ratio to fp16; the per-layer sum says what a
 512-token TTFT should move. Prints a table and writes JSON (--out).
 Usage: python benchmarks/bench_w4a16_prefill.py --rows 512,1024,2048 --fused \
@@ -50,11 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fused", action="store_true", help="also the fused GEMM routes (no dense weight written)")
     p.add_argument("--pipelined", default="", help="overrides of the pipelined GEMM's config: K=V:K=V;K=V...")
     p.add_argument("--eager", action="store_true", help="launch from Python instead of replaying a graph")
+    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16",
+                   help="activations (and the dense reference weight); the reference column is named after it")
     p.add_argument("--out", help="write results as JSON here")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_w4a16_prefill.py needs a GPU")
     rows_list = [int(v) for v in args.rows.split(",")]
+    dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
+    ref_key = args.dtype
     arch = device_arch()
     print(f"device {torch.cuda.get_device_name()} ({arch}); {'eager' if args.eager else 'graph replay'}", flush=True)
     results: list[dict[str, Any]] = []
@@ -63,18 +67,18 @@ def main(argv: list[str] | None = None) -> int:
             w0, _ = random_gptq(k, n, 128, False, seed=k + n)
             copies = l2_cold_copies(k * n * 2)
             ws = [w0] + [_clone(w0) for _ in range(copies - 1)]
-            dense = [kt.dequantize_dense(w, torch.float16, arch) for w in ws]
+            dense = [kt.dequantize_dense(w, dtype, arch) for w in ws]
             for m in rows_list:
-                x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+                x = torch.randn(m, k, device="cuda", dtype=dtype)
                 ref = torch.nn.functional.linear(x, dense[0])
                 r: dict[str, Any] = {"shape": shape, "K": k, "N": n, "M": m, "us": {}, "max_rel_err": {}}
-                r["us"]["fp16"] = 1e3 * time_calls([lambda d=d: torch.nn.functional.linear(x, d) for d in dense], args.eager)
+                r["us"][ref_key] = 1e3 * time_calls([lambda d=d: torch.nn.functional.linear(x, d) for d in dense], args.eager)
                 variants: list[tuple[str, Callable[[Any], torch.Tensor]]] = [
                     ("dequant", lambda w: w4a16_matmul(x, w, route="dequant"))]
                 if args.fused:
                     from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
 
-                    base_cfg = kp.pipelined_config(m, k, n)
+                    base_cfg = kp.pipelined_config(m, k, n, 1, dtype == torch.float16)
                     variants.append(("pipelined", lambda w: w4a16_matmul(x, w, route="pipelined")))
                     for label, over in parse_configs(args.pipelined):
                         variants.append((f"pipelined[{label}]", lambda w, c={**base_cfg, **over}:
@@ -89,21 +93,21 @@ def main(argv: list[str] | None = None) -> int:
                         r.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"[:500]
                         continue
                     r["max_rel_err"][name] = err
-                base = r["us"]["fp16"]
+                base = r["us"][ref_key]
                 print(f"{shape} {k:>5}x{n:<5} M={m:<5} " + "  ".join(
                     f"{v}: {t:7.1f} us ({t / base:.2f}x)" for v, t in r["us"].items()), flush=True)
                 results.append(r)
             del ws, dense
             torch.cuda.empty_cache()
-    print("\nper layer (sum of the four projections), us, and the ratio to fp16:")
+    print(f"\nper layer (sum of the four projections), us, and the ratio to {ref_key}:")
     for shape in args.shapes.split(","):
         for m in rows_list:
             rs = [r for r in results if r["shape"] == shape and r["M"] == m]
             tot = {v: sum(r["us"].get(v, float("nan")) for r in rs) for v in rs[0]["us"]}
-            print(f"  {shape} M={m}: " + "  ".join(f"{v}: {t:7.1f} ({t / tot['fp16']:.2f}x)" for v, t in tot.items()))
+            print(f"  {shape} M={m}: " + "  ".join(f"{v}: {t:7.1f} ({t / tot[ref_key]:.2f}x)" for v, t in tot.items()))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "eager": args.eager,
+            json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "eager": args.eager, "dtype": args.dtype,
                        "results": results}, f, indent=1)
     return 0
 
