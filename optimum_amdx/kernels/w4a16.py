@@ -422,9 +422,10 @@ WIDE_N = 8192
 blocks, so a narrow weight (N = 4096) runs out of it, and loses to dequant + BLAS, earlier."""
 PIPELINED_MIN_WEIGHT = 1 << 24
 """Weights under this many elements (K x N; 4096 x 4096) never take the pipelined GEMM, and weights of
-exactly this many take it only up to ``pipelined_max_small`` rows: too few column tiles to hide its
-per-tile cost at more rows (H100, 4096x4096, RESULTS.md round17: 1.15-1.30x faster than the fused GEMM at
-17-64 rows with the staged classes; at 96-128 rows the act-order g32 layout and bf16 lost to dequant + BLAS)."""
+exactly this many take it only up to ``pipelined_max_small`` rows (``pipelined_max_small_one_group`` with one scale
+group per tile): too few column tiles to hide its per-tile cost at more rows (H100, 4096x4096, RESULTS.md round17:
+1.15-1.30x faster than the fused GEMM at 17-64 rows with the staged classes; at 96-128 rows the act-order g32 layout
+and bf16's float32 form lost to dequant + BLAS; g128 in fp16 and in bf16 planes won up to 256 rows, round23)."""
 
 
 LONG_K = 8192
@@ -444,16 +445,16 @@ class RouteLimits(NamedTuple):
     pipelined_max_wide: int
     pipelined_max_narrow: int
     pipelined_max_small: int
+    pipelined_max_small_one_group: int
     pipelined_max_narrow_bf16: int
     pipelined_max_prefill: int
-    pipelined_max_long_k_bf16: int
 
 
 ROUTE_LIMITS: dict[str, RouteLimits] = {
-    "hopper": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 128, 512, 256),
-    "cdna": RouteLimits(1, 1, 128, 64, 2, 128, 128, 32, 0, 256, 0),
-    "rdna3": RouteLimits(1, 1, 128, 64, 2, 16, 16, 16, 0, 0, 0),
-    "default": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 128, 512, 256),
+    "hopper": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 256, 128, 512),
+    "cdna": RouteLimits(1, 1, 128, 64, 2, 128, 128, 32, 32, 0, 256),
+    "rdna3": RouteLimits(1, 1, 128, 64, 2, 16, 16, 16, 16, 0, 0),
+    "default": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 256, 128, 512),
     "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0, 0, 0, 0, 0),
 }
 """The dispatcher's thresholds, all of them, per arch family (`RouteLimits`). Up to ``stream_max`` rows
@@ -461,12 +462,12 @@ the persistent stream-K kernel runs (the one-row FMA loop); up to ``rows_max`` r
 (`_w4a16_rows_ptx`: NVIDIA, fp16, at most four groups per 128 rows; each weight dequantized once and
 reused by every row) where it applies and `dispatch_route` asks for it (act-order weights); from
 ``pipelined_min`` to ``pipelined_max_wide`` rows for an output at least `WIDE_N` wide
-(``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16 activations;
-``pipelined_max_small`` for a weight of exactly `PIPELINED_MIN_WEIGHT` elements) the pipelined fused GEMM
-(`_w4a16_pipelined_triton`: a weight of at least `PIPELINED_MIN_WEIGHT` elements; on AMD fp16 only); a weight with one
-scale group per 128-row tile (group 128 or coarser) keeps it to ``pipelined_max_prefill`` rows in fp16 when its
-output is wide or its input longer than `LONG_K`, and to ``pipelined_max_long_k_bf16`` rows in bf16 on a narrow
-output with such an input; up to
+(``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16 activations on a weight of several
+scale groups per 128-row tile, bf16's float32 form; ``pipelined_max_small`` for a weight of exactly
+`PIPELINED_MIN_WEIGHT` elements, ``pipelined_max_small_one_group`` where it has one scale group per tile) the
+pipelined fused GEMM (`_w4a16_pipelined_triton`: a weight of at least `PIPELINED_MIN_WEIGHT` elements; on AMD fp16
+only); a weight with one scale group per 128-row tile (group 128 or coarser) keeps it to ``pipelined_max_prefill``
+rows in fp16 when its output is wide or its input longer than `LONG_K`; up to
 ``gemm_max_wide`` / ``gemm_max_narrow`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in
 registers, fed to ``tl.dot``, split-K when its tiles do not fill the GPU); above, dequantize once into
 a dense weight and call the BLAS matmul, which amortizes the dense write over many rows.
@@ -477,9 +478,12 @@ row only); 128 rows 62/-/107 on 4096x14336 but 136/-/113 on 14336x4096; 64 rows 
 and 28/-/27 on 4096x4096. The few-row limit: section w4rows. The pipelined GEMM (section w4pipe) beats
 the fused GEMM and dequant + BLAS up to 256 rows on wide outputs (1.2-1.6x at 192-256 rows on
 4096x28672 / 4096x12288); with the staged 64-row classes of fp16 (round17) also to 256 on narrow ones
-(1.20-1.64x dequant + BLAS at 160-256 rows on 4096x6144, 14336x4096 and 11008x4096; bf16, in registers,
-lost up to 0.76x there and stays at 128), and on 4096x4096 to 64 (1.15-1.30x the fused GEMM at 17-64
-rows; at 96-128 the act-order g32 layout and bf16 lost to dequant + BLAS, 0.79-0.90x); with the fp16
+(1.20-1.64x dequant + BLAS at 160-256 rows on 4096x6144, 14336x4096 and 11008x4096; bf16's float32 form, in
+registers, lost up to 0.76x there and stays at 128), and on 4096x4096 to 64 (1.15-1.30x the fused GEMM at 17-64
+rows; at 96-128 the act-order g32 layout and bf16's float32 form lost to dequant + BLAS, 0.79-0.90x). Round 23
+(bf16 planes of q - z, one scale group per tile, g128): bf16 is 1.10-1.65x dequant + BLAS at 96-256 rows on
+4096x6144 and 4096x4096 and 1.16-2.47x on the other Llama projections, fp16 on 4096x4096 1.11-1.24x, so such layouts
+take narrow outputs to 256 rows in bf16 and 4096x4096 to 256 in both (``pipelined_max_small_one_group``); with the fp16
 dequantization and two K tiles per step (section w4half) it also beats the fused GEMM from 4 rows
 (1.4-1.7x at 4-8 rows). Prefill chunks of 257-512 rows (round18): 1.02-1.35x dequant + BLAS on wide and
 long-input outputs in g128 at 320 rows, 1.03-1.09x at 512 (4096x6144 lost from 384 rows and act-order g32 at
@@ -517,13 +521,15 @@ def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = 
         return "rows"
     narrow = n is not None and n < WIDE_N
     long_k = k is not None and k > LONG_K
-    top = (lim.pipelined_max_narrow_bf16 if bf16 else lim.pipelined_max_narrow) if narrow else lim.pipelined_max_wide
-    if one_group and bf16 and narrow and long_k:
-        top = max(top, lim.pipelined_max_long_k_bf16)
-    elif one_group and not bf16 and (long_k or not narrow):
+    if not narrow:
+        top = lim.pipelined_max_wide
+    else:  # bf16's float32 form (several groups per tile) lost to dequant + BLAS earlier; its planes did not
+        top = lim.pipelined_max_narrow_bf16 if bf16 and not one_group else lim.pipelined_max_narrow
+    if one_group and not bf16 and (long_k or not narrow):
         top = max(top, lim.pipelined_max_prefill)
     if weight_elems is not None and weight_elems <= PIPELINED_MIN_WEIGHT:
-        top = min(top, lim.pipelined_max_small) if weight_elems == PIPELINED_MIN_WEIGHT else 0
+        small = lim.pipelined_max_small_one_group if one_group else lim.pipelined_max_small
+        top = min(top, small) if weight_elems == PIPELINED_MIN_WEIGHT else 0
     if pipelined and lim.pipelined_min <= m <= top:
         return "pipelined"
     return "gemm" if m <= (lim.gemm_max_narrow if narrow else lim.gemm_max_wide) else "dequant"

@@ -380,7 +380,7 @@ def test_dispatch_and_grid_choices():
             assert choose_route(wide, fam, WIDE_N, pipelined=True, weight_elems=big) == "pipelined"
             assert choose_route(wide + 1, fam, WIDE_N, pipelined=True, weight_elems=big) != "pipelined"
             assert choose_route(narrow + 1, fam, 4096, pipelined=True, weight_elems=big) != "pipelined"
-            bf16_narrow = lim.pipelined_max_narrow_bf16  # bf16 (the float32 dequantization) on narrow outputs
+            bf16_narrow = lim.pipelined_max_narrow_bf16  # bf16's float32 form (several groups a tile), narrow outputs
             assert bf16_narrow <= narrow
             if bf16_narrow:  # AMD sends bf16 elsewhere (`pipelined_eligible`)
                 assert lo <= bf16_narrow
@@ -389,11 +389,15 @@ def test_dispatch_and_grid_choices():
                                     bf16=True) != "pipelined"
                 assert choose_route(bf16_narrow + 1, fam, WIDE_N, pipelined=True, weight_elems=big,
                                     bf16=True) == "pipelined"
+                # bf16 planes (one group per tile) keep narrow outputs to fp16's limit, short or long input
+                for k in (4096, LONG_K + 1):
+                    planes = {"pipelined": True, "weight_elems": big, "k": k, "one_group": True, "bf16": True}
+                    assert choose_route(narrow, fam, 4096, **planes) == "pipelined"
+                    assert choose_route(narrow + 1, fam, 4096, **planes) == "dequant"
             # prefill rows: one scale group per tile keeps fp16 on it to pipelined_max_prefill rows where the output
-            # is wide or the input long, and bf16 to pipelined_max_long_k_bf16 on a narrow output of a long input
-            pre, long_bf16 = lim.pipelined_max_prefill, lim.pipelined_max_long_k_bf16
+            # is wide or the input long
+            pre = lim.pipelined_max_prefill
             assert not pre or wide <= pre
-            assert not long_bf16 or bf16_narrow <= long_bf16
             if pre:
                 for n, k in ((WIDE_N, 4096), (4096, LONG_K + 1)):
                     one = {"pipelined": True, "weight_elems": big, "k": k, "one_group": True}
@@ -403,17 +407,18 @@ def test_dispatch_and_grid_choices():
                     assert choose_route(wide + 1, fam, n, bf16=True, **one) != "pipelined"
                 assert choose_route(narrow + 1, fam, 4096, pipelined=True, weight_elems=big, k=LONG_K,
                                     one_group=True) != "pipelined"  # 4096x6144 lost from 384 rows on an H100
-            if long_bf16:
-                one = {"pipelined": True, "weight_elems": big, "k": LONG_K + 1, "one_group": True, "bf16": True}
-                assert choose_route(long_bf16, fam, 4096, **one) == "pipelined"
-                assert choose_route(long_bf16 + 1, fam, 4096, **one) == "dequant"
+            if bf16_narrow:
                 assert choose_route(bf16_narrow + 1, fam, 4096, pipelined=True, weight_elems=big, k=LONG_K + 1,
                                     bf16=True) != "pipelined"
-            # a weight of exactly the minimum only up to pipelined_max_small rows, a smaller one never
-            small = lim.pipelined_max_small
+            # a weight of exactly the minimum only up to pipelined_max_small rows (pipelined_max_small_one_group with
+            # one group per tile), a smaller one never
+            exact = {"pipelined": True, "weight_elems": PIPELINED_MIN_WEIGHT}
+            for small, one_group in ((lim.pipelined_max_small, False), (lim.pipelined_max_small_one_group, True)):
+                assert small <= narrow
+                assert choose_route(small, fam, 4096, one_group=one_group, **exact) == "pipelined"
+                assert choose_route(small + 1, fam, 4096, one_group=one_group, **exact) != "pipelined"
+            assert lim.pipelined_max_small <= lim.pipelined_max_small_one_group
             assert choose_route(lo, fam, WIDE_N, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT - 1) == "gemm"
-            assert choose_route(small, fam, 4096, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT) == "pipelined"
-            assert choose_route(small + 1, fam, 4096, pipelined=True, weight_elems=PIPELINED_MIN_WEIGHT) != "pipelined"
         else:  # no row count takes it here, even for a weight it could serve
             assert all(choose_route(m, fam, WIDE_N, pipelined=True, weight_elems=big) != "pipelined"
                        for m in range(1, 1025))
