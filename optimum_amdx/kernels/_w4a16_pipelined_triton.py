@@ -51,7 +51,7 @@ import triton.language as tl
 
 from ._w4a16_gemm_triton import (E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, family, gather_x,
                                  launch_options, split_k)
-from ._w4a16_triton import _chunks, _group_arg, _group_of, _scale_zero
+from ._w4a16_triton import _byte_halves, _chunks, _group_arg, _group_of, _plane_hi_q, _plane_lo_q, _scale_zero
 from .compile_spec import CompileSpec
 from .runtime import compute_units
 from .w4a16 import LONG_K, WIDE_N
@@ -143,15 +143,6 @@ def _planes_q(words, zl, zh, ASM: tl.constexpr):
 
 
 @triton.jit
-def _byte_halves(packed):
-    """The portable planes' inputs: int16 copies of `packed` ([BLOCK_N, 16] int32) holding byte b in bits 0-7 for
-    b = 0, 1, 2, 3 (its 16-bit half, shifted by 8 for odd b), that is planes 2b (bits 0-3) and 2b + 1 (bits 4-7)."""
-    lo = packed.to(tl.int16)
-    hi = (packed >> 16).to(tl.int16)
-    return lo, lo >> 8, hi, hi >> 8
-
-
-@triton.jit
 def _planes_qb(words, zb, ASM: tl.constexpr):
     """bf16 q - z of planes 2b and 2b + 1 of `words` (ASM: `_PLANES_QB_ASM_<b>`; `zb`: bf16 -(128 + z))."""
     return tl.inline_asm_elementwise(ASM, "=r,=r,r,r,r", [words, zb], dtype=(tl.bfloat16, tl.bfloat16),
@@ -220,18 +211,6 @@ def _tile_of_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N: tl.constexpr):
     the joins is plane a + 2b + 4c, then position = plane * 16 + r."""
     wt = tl.join(tl.join(tl.join(w0, w1), tl.join(w2, w3)), tl.join(tl.join(w4, w5), tl.join(w6, w7)))
     return tl.reshape(tl.permute(wt, (0, 4, 3, 2, 1)), [BLOCK_N, 128])
-
-
-@triton.jit
-def _plane_lo_q(h, zl):
-    """`_plane_lo` without the scale: q - z exactly."""
-    return ((h & 0x000F) | 0x6400).to(tl.float16, bitcast=True) + zl
-
-
-@triton.jit
-def _plane_hi_q(h, zh):
-    """`_plane_hi` without the scale: q - z exactly."""
-    return (((h & 0x00F0) | 0x6400).to(tl.float16, bitcast=True)) * 0.0625 + zh
 
 
 @triton.jit

@@ -19,8 +19,10 @@ other along K; nibble ``j`` of word ``r`` is input row ``kt * 128 + j * 16 + r``
   One row (``BLOCK_M == 1``) is FMA work. On NVIDIA with fp16 activations it is the packed loop
   (`_dot32`: inline PTX, two nibbles per 32-bit op, exact ``q - z`` in fp16x2, fp16 products summed
   over at most 8 per half, float32 scale per group; the activation pairs it meets come from a
-  one-launch prepare kernel for act-order / ragged K); elsewhere (AMD, bf16, the interpreter, 16-row
-  groups) each nibble plane meets a 16-value vector of x in float32. Two or
+  one-launch prepare kernel for act-order / ragged K). On CDNA one row of fp16 without a permutation runs the
+  same arithmetic without asm (``HALF_LOOP``: `_half_plane_fma`, Triton's int16 and fp16 operations, which the
+  AMD compiler packs two to a register). Elsewhere (gfx1100, bf16, act-order on AMD, the interpreter, 16-row
+  groups on NVIDIA) each nibble plane meets a 16-value vector of x in float32. Two or
   more rows dequantize each weight once per tile into fp16 and use one ``tl.dot`` per tile, the
   weight as the 128-row operand and x (padded to 16 rows at least) as the narrow one.
 - ``_w4a16_dequant_kernel`` (from `STREAM_MAX_M` rows on): writes the dense ``[N, K]`` weight
@@ -207,6 +209,43 @@ def _tile_planes(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s_ptr, z_ptr, k0, of
             _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s5, z5, 5).to(dt),
             _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s6, z6, 6).to(dt),
             _plane_w(packed, w_l16, w_l8, w_r8, w_r16, e7_bits, s7, z7, 7).to(dt))
+
+
+@triton.jit
+def _byte_halves(packed):
+    """The portable planes' inputs: int16 copies of `packed` ([BLOCK_N, 16] int32) holding byte b in bits 0-7 for
+    b = 0, 1, 2, 3 (its 16-bit half, shifted by 8 for odd b), that is planes 2b (bits 0-3) and 2b + 1 (bits 4-7)."""
+    lo = packed.to(tl.int16)
+    hi = (packed >> 16).to(tl.int16)
+    return lo, lo >> 8, hi, hi >> 8
+
+
+@triton.jit
+def _plane_lo_q(h, zl):
+    """fp16 q - z of the nibble in bits 0-3 of int16 `h`, exactly, without asm: or-ed with fp16 1024's bits it reads
+    as 1024 + q, and `zl` = -(1024 + z) is added (the compilers pack two such int16 / fp16 operations per register)."""
+    return ((h & 0x000F) | 0x6400).to(tl.float16, bitcast=True) + zl
+
+
+@triton.jit
+def _plane_hi_q(h, zh):
+    """As `_plane_lo_q` for the nibble in bits 4-7: it reads as 1024 + 16q; times 1/16 plus `zh` = -(64 + z)."""
+    return (((h & 0x00F0) | 0x6400).to(tl.float16, bitcast=True)) * 0.0625 + zh
+
+
+@triton.jit
+def _half_plane_fma(part, x_ptr, perm_ptr, bytes4, zl, zh, k0, offs_r, K, J: tl.constexpr, HAS_PERM: tl.constexpr,
+                    EVEN_K: tl.constexpr):
+    """One row without asm, nibble plane J of a tile: ``part + (q - z) * x`` in fp16 (`HALF_LOOP`). q - z is exact
+    (`_plane_lo_q`, `_plane_hi_q` on the word's int16 byte halves `bytes4`, `_byte_halves`); the product and the sum
+    round to fp16, as in the packed PTX loop, which sums at most 8 products per half before the float32 scale."""
+    h = bytes4[J // 2]
+    if J % 2 == 0:
+        w = _plane_lo_q(h, zl)
+    else:
+        w = _plane_hi_q(h, zh)
+    xj = _x_vec(x_ptr, perm_ptr, k0 + J * 16 + offs_r, K, HAS_PERM, EVEN_K).to(tl.float16)
+    return part + w * xj[None, :]
 
 
 @triton.jit
@@ -641,6 +680,7 @@ def _w4a16_stream_kernel(
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
     LOOKAHEAD: tl.constexpr = False, PDL: tl.constexpr = False, ACCUM: tl.constexpr = False,
+    HALF_LOOP: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -708,6 +748,18 @@ def _w4a16_stream_kernel(
             else:
                 o0, o1, o2, o3 = _dot8(cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, 4)
                 acc2 += s0 * o0 + s1 * o1 + s2 * o2 + s3 * o3
+        elif BLOCK_M == 1 and HALF_LOOP:  # fp16 x without asm (AMD): the packed loop's arithmetic in Triton's fp16
+            bytes4 = _byte_halves(cur)
+            for c in tl.static_range(CHUNKS):
+                s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0 + c * PLANES * 16, K, GROUP_SIZE, EVEN_K), offs_n, N,
+                                   EVEN_N, HAS_ZEROS, True)
+                zl = (-1024.0 - z).to(tl.float16)
+                zh = (-64.0 - z).to(tl.float16)
+                part = tl.zeros([BLOCK_N, R], dtype=tl.float16)
+                for jj in tl.static_range(PLANES):
+                    part = _half_plane_fma(part, x_ptr, perm_ptr, bytes4, zl, zh, k0, offs_r, K, c * PLANES + jj,
+                                           HAS_PERM, EVEN_K)
+                acc2 += s * part.to(tl.float32)
         elif BLOCK_M == 1:
             for c in tl.static_range(CHUNKS):
                 part = tl.zeros([BLOCK_N, R], dtype=tl.float32)
@@ -840,7 +892,12 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
                16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8},
                64: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 8},
                255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8}},
-    "cdna": {1: {"BLOCK_M": 1, "num_warps": 4, "programs_per_cu": 8},
+    # HALF_LOOP (one row of fp16 without a permutation, CDNA): the packed loop's fp16 arithmetic in Triton's own
+    # operations, 30-32 % fewer VALU instructions than the float32 loop on gfx90a / gfx942 (v_pk_fma_f16) and 20 fewer
+    # VGPRs; on an H100 the same form ran 0-9 % faster than the float32 loop, but 8 % slower on act-order g128
+    # (RESULTS.md round23; not timed on AMD silicon). gfx1100 keeps the float32 loop: its v_fma_mix_f32 form has
+    # fewer instructions there.
+    "cdna": {1: {"BLOCK_M": 1, "num_warps": 4, "programs_per_cu": 8, "HALF_LOOP": True},
              16: {"BLOCK_M": 16, "num_warps": 4, "programs_per_cu": 8, "matrix_instr_nonkdim": 16, "kpack": 1},
              64: {"BLOCK_M": 32, "num_warps": 4, "programs_per_cu": 8, "matrix_instr_nonkdim": 16, "kpack": 1},
              255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8, "matrix_instr_nonkdim": 16, "kpack": 1}},
@@ -982,6 +1039,14 @@ def packed_route(cfg: dict[str, Any], arch: str, dtype: torch.dtype, chunks: int
             and chunks in (1, 2, 4))
 
 
+def half_loop_route(cfg: dict[str, Any], dtype: torch.dtype, perm: bool) -> bool:
+    """Whether a one-row call that does not take the packed PTX loop runs its arithmetic without asm in fp16
+    (``HALF_LOOP``, `_half_plane_fma`): asked by the config (CDNA), fp16 activations (bf16 sums would keep 8 bits),
+    and no permutation (act-order g128 ran 8 % slower in that form than in the float32 loop on an H100, RESULTS.md
+    round23)."""
+    return cfg["BLOCK_M"] == 1 and bool(cfg.get("HALF_LOOP", False)) and dtype == torch.float16 and not perm
+
+
 def one_row_packed(arch: str, dtype: torch.dtype, w: "W4A16Weight") -> bool:
     """Whether one row of `dtype` on `w` takes the packed loop under `arch`'s shipped config (`packed_route`)."""
     return packed_route(stream_config(arch, 1), arch, dtype, _chunks(_group_arg(w)))
@@ -1018,6 +1083,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     chunks = _chunks(gs)
     cfg = wide_rule(cfg, n_units, chunks, compute_units(x2.device))
     packed = packed_route(cfg, arch, x2.dtype, chunks)
+    half_loop = not packed and half_loop_route(cfg, x2.dtype, w.perm is not None)
     lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
     pdl = not lookahead and pdl_for(x2, "w4a16", m)
     xprep = packed and (paired or lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
@@ -1034,7 +1100,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
            bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead, pdl,
-           accumulate)
+           accumulate, half_loop)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
     if accumulate:
@@ -1047,7 +1113,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
-        LOOKAHEAD=lookahead, PDL=pdl, ACCUM=accumulate, launch_pdl=pdl, **launch_options(cfg, arch),
+        LOOKAHEAD=lookahead, PDL=pdl, ACCUM=accumulate, HALF_LOOP=half_loop, launch_pdl=pdl, **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)
@@ -1099,7 +1165,7 @@ def _stream_spec(rows: int, group: int, zeros: bool, perm: bool, archs: tuple[st
            "xp_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "KT": "i32", "NB": "i32", "stride_xm": "i32",
            "stride_om": "i32", "n_units": "i32", "e7_bits": "i32"}
     names = ("GROUP_SIZE", "CHUNKS", "BLOCK_M", "BLOCK_N", "HAS_ZEROS", "HAS_PERM", "HAS_BIAS", "EVEN_K", "EVEN_N",
-             "ACCUM")
+             "ACCUM", "HALF_LOOP")
     sig.update({c: "constexpr" for c in names})
     cfg0 = stream_config(archs[-1], rows)
     tag = (("asym" if zeros else "sym") + (",act-order" if perm else "") + (",accum" if accum else "")
@@ -1110,7 +1176,7 @@ def _stream_spec(rows: int, group: int, zeros: bool, perm: bool, archs: tuple[st
         signature=sig,
         constexprs={"GROUP_SIZE": group, "CHUNKS": _chunks(group), "BLOCK_M": cfg0["BLOCK_M"], "BLOCK_N": TILE_N,
                     "HAS_ZEROS": zeros, "HAS_PERM": perm, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True,
-                    "ACCUM": accum},
+                    "ACCUM": accum, "HALF_LOOP": bool(cfg0.get("HALF_LOOP", False)) and not perm},
         options=lambda arch: launch_options(stream_config(arch, rows), arch),
         hot=True,
         uses_dot=cfg0["BLOCK_M"] > 1,

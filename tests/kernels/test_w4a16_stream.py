@@ -80,6 +80,24 @@ def test_packed_route_only_for_fp16_one_row_on_nvidia():
     assert not packed_route({"BLOCK_M": 1, "PACKED": False}, "sm_90", torch.float16, 1)
 
 
+def test_half_loop_only_for_fp16_one_row_without_permutation_on_cdna():
+    """CDNA's one-row config runs the packed arithmetic without asm (`HALF_LOOP`), for fp16 and no act-order
+    permutation; gfx1100 and NVIDIA keep their loops."""
+    from optimum_amdx.kernels._w4a16_triton import AMD_COMPILE_SPECS, half_loop_route, stream_config
+
+    for arch in ("gfx90a", "gfx942", "gfx950"):
+        cfg = stream_config(arch, 1)
+        assert half_loop_route(cfg, torch.float16, False)
+        assert not half_loop_route(cfg, torch.bfloat16, False) and not half_loop_route(cfg, torch.float16, True)
+        assert not half_loop_route(stream_config(arch, 2), torch.float16, False)
+    for arch in ("gfx1100", "sm_90", "cpu"):
+        assert not half_loop_route(stream_config(arch, 1), torch.float16, False)
+    # the AMD compile check builds the form each one-row spec launches
+    one_row = [s for s in AMD_COMPILE_SPECS if s.name.startswith("w4a16_stream[m1:")]
+    assert one_row and all(s.constexprs["HALF_LOOP"] == (not s.constexprs["HAS_PERM"] and "rdna3" not in s.name)
+                           for s in one_row)
+
+
 PACKED_CASES = [
     # (K, N, group, sym, act_order, fmt)
     (384, 256, 128, True, False, "gptq"),
@@ -112,6 +130,32 @@ def test_packed_one_row_matches_exact(k, n, group, sym, act_order, fmt, cfg):
     scale = exact.abs().max().item()
     # fp16 products and short fp16 sums: well inside the fp16 kernels' usual 2e-2 of the largest output
     assert (out.double() - exact).abs().max().item() <= 4e-3 * scale
+
+
+@pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_half_loop_one_row_matches_exact(k, n, group, sym, act_order, fmt, accumulate):
+    """`HALF_LOOP`: the packed loop's fp16 arithmetic without asm (the one-row form for AMD), under the interpreter
+    on the CPU and as compiled on a GPU; flushed through the tickets or left in a float32 accumulator."""
+    from optimum_amdx.kernels._w4a16_triton import stream_matmul
+    from optimum_amdx.kernels.runtime import device_arch
+
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=k + n + group)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=group,
+                            checkpoint_format=fmt)
+    x = torch.randn(1, k, generator=torch.Generator().manual_seed(k)).half().to(DEVICE)
+    exact = x.double() @ expected.double().to(DEVICE)
+    config = {"BLOCK_M": 1, "num_warps": 4 if DEVICE == "cuda" else 1, "programs_per_cu": 8 if DEVICE == "cuda" else 3,
+              "PACKED": False, "HALF_LOOP": True}
+    arch = device_arch() if DEVICE == "cuda" else "cpu"
+    if accumulate:
+        out = torch.zeros(1, n, dtype=torch.float32, device=DEVICE)
+        stream_matmul(x, w, None, out, arch, config=config, accumulate=True)
+    else:
+        out = torch.empty(1, n, dtype=torch.float16, device=DEVICE)
+        stream_matmul(x, w, None, out, arch, config=config)
+    # fp16 products and sums of at most 8 of them, as the packed PTX loop (above)
+    assert (out.double() - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
 
 
 @pytest.mark.gpu
