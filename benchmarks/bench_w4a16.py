@@ -69,8 +69,9 @@ def call_bytes(w: W4A16Weight, m: int) -> int:
     return total + m * (k + n) * 2
 
 
-def ours_ms(w0: W4A16Weight, m: int, config: Optional[dict[str, Any]] = None, route: Optional[str] = None) -> float:
-    x = torch.randn(m, w0.in_features, device="cuda", dtype=torch.float16)
+def ours_ms(w0: W4A16Weight, m: int, config: Optional[dict[str, Any]] = None, route: Optional[str] = None,
+            dtype: torch.dtype = torch.float16) -> float:
+    x = torch.randn(m, w0.in_features, device="cuda", dtype=dtype)
     ws = [w0] + [_clone(w0) for _ in range(l2_cold_copies(w0.qweight.numel() * 4) - 1)]
     return graph_ms([lambda w=w: w4a16_matmul(x, w, config=config, route=route) for w in ws])
 

@@ -109,6 +109,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-sweep", action="store_true", help="skip the knob sweep")
     parser.add_argument("--sweep-only", action="store_true", help="only the knob sweep (no seven-shape table)")
     parser.add_argument("--fixed-cost", action="store_true", help="only take the one-row fixed cost apart")
+    parser.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16",
+                        help="activations of the knob sweep (bf16: the packed loop scales each K tile's x into fp16)")
     parser.add_argument("--sweep", help="the knob sweep's configs as a JSON list of dicts merged over the shipped "
                         "one-row config (default: the built-in list); e.g. '[{}, {\"maxnreg\": 48}]'")
     args = parser.parse_args(argv)
@@ -155,14 +157,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             for extra in sweep:
                 cfg = dict(base, **extra)
                 try:
-                    ms = ours_ms(w, 1, cfg)
+                    ms = ours_ms(w, 1, cfg, dtype=torch.float16 if args.dtype == "fp16" else torch.bfloat16)
                 except Exception as exc:  # noqa: BLE001 - a failing config is recorded, not fatal
                     result["sweep"].append({"K": k, "N": n, "group": group, "act_order": act, "extra": extra,
                                             "error": str(exc)[:200]})
                     print(f"  sweep {k}x{n} g{group} act={int(act)} {extra}: error {str(exc)[:120]}", flush=True)
                     continue
                 result["sweep"].append({"K": k, "N": n, "group": group, "act_order": act, "extra": extra,
-                                        "us": ms * 1e3, "pct": _pct(w, ms, copy_bw)})
+                                        "dtype": args.dtype, "us": ms * 1e3, "pct": _pct(w, ms, copy_bw)})
                 _save(result, args.out)
                 print(f"  sweep {k}x{n} g{group} act={int(act)} {extra}: {ms * 1e3:.1f} us "
                       f"({_pct(w, ms, copy_bw):.1f}%)", flush=True)

@@ -495,6 +495,33 @@ def _xpair(x_ptr, xp_ptr, k0, kt, offs_r, J: tl.constexpr, XPREP: tl.constexpr):
 
 
 @triton.jit
+def _xpairs_bf16(x_ptr, k0, offs_r):
+    """One row of bf16 activations, K tile k0, as the packed loop's four fp16x2 pair vectors (`_xpair`'s order),
+    times a power of two f that brings the tile's largest |x| into [128, 256), and 1 / f. bf16's 8 significant bits
+    are exact in fp16 there, and the loop's fp16 sums of at most 8 products by |q - z| <= 15 stay under 30720, far
+    from fp16's 65504, whatever the activations' range; the float32 scales take 1 / f (exact)."""
+    a0 = tl.load(x_ptr + k0 + offs_r).to(tl.float32)
+    a1 = tl.load(x_ptr + k0 + 16 + offs_r).to(tl.float32)
+    a2 = tl.load(x_ptr + k0 + 32 + offs_r).to(tl.float32)
+    a3 = tl.load(x_ptr + k0 + 48 + offs_r).to(tl.float32)
+    a4 = tl.load(x_ptr + k0 + 64 + offs_r).to(tl.float32)
+    a5 = tl.load(x_ptr + k0 + 80 + offs_r).to(tl.float32)
+    a6 = tl.load(x_ptr + k0 + 96 + offs_r).to(tl.float32)
+    a7 = tl.load(x_ptr + k0 + 112 + offs_r).to(tl.float32)
+    m = tl.max(tl.maximum(tl.maximum(tl.maximum(tl.abs(a0), tl.abs(a1)), tl.maximum(tl.abs(a2), tl.abs(a3))),
+                          tl.maximum(tl.maximum(tl.abs(a4), tl.abs(a5)), tl.maximum(tl.abs(a6), tl.abs(a7)))), axis=0)
+    # |x| < 2**(e + 1) for m's biased exponent e + 127; f = 2**(7 - e), kept a normal float32 with a normal inverse
+    fb = tl.minimum(tl.maximum(261 - ((m.to(tl.int32, bitcast=True) >> 23) & 0xFF), 1), 253)
+    f = (fb << 23).to(tl.float32, bitcast=True)
+    inv = ((254 - fb) << 23).to(tl.float32, bitcast=True)
+    x0 = _pair_h2((a0 * f).to(tl.float16), (a4 * f).to(tl.float16))[None, :]
+    x1 = _pair_h2((a1 * f).to(tl.float16), (a5 * f).to(tl.float16))[None, :]
+    x2 = _pair_h2((a2 * f).to(tl.float16), (a6 * f).to(tl.float16))[None, :]
+    x3 = _pair_h2((a3 * f).to(tl.float16), (a7 * f).to(tl.float16))[None, :]
+    return x0, x1, x2, x3, inv
+
+
+@triton.jit
 def _w4a16_xpack_kernel(x_ptr, perm_ptr, xp_ptr, K, n_pairs, HAS_PERM: tl.constexpr, BLOCK: tl.constexpr):
     """The one-row activations of a call, once: pair ``i`` = (kt, J, r) holds sorted rows
     ``kt*128 + J*16 + r`` and that + 64 (act-order: gathered through perm), zero past K, as fp16x2 bits."""
@@ -680,7 +707,7 @@ def _w4a16_stream_kernel(
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
     LOOKAHEAD: tl.constexpr = False, PDL: tl.constexpr = False, ACCUM: tl.constexpr = False,
-    HALF_LOOP: tl.constexpr = False,
+    HALF_LOOP: tl.constexpr = False, BF16_PAIRS: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -730,14 +757,20 @@ def _w4a16_stream_kernel(
         w_l8 = cur << 8
         w_r8 = cur >> 8
         w_r16 = cur >> 16
-        if BLOCK_M == 1 and PACKED:  # fp16 x, NVIDIA: two nibbles per op (see `_dot32_asm`)
+        if BLOCK_M == 1 and PACKED:  # fp16 (or tile-scaled bf16) x, NVIDIA: two nibbles per op (see `_dot32_asm`)
             tl.static_assert(XPREP or (not HAS_PERM and EVEN_K), "act-order and ragged K read prepared x pairs")
-            x0 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 0, XPREP)
-            x1 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 1, XPREP)
-            x2 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 2, XPREP)
-            x3 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 3, XPREP)
+            if BF16_PAIRS:
+                tl.static_assert(not XPREP, "bf16 pairs are built in the loop")
+                x0, x1, x2, x3, inv = _xpairs_bf16(x_ptr, k0, offs_r)
+            else:
+                x0 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 0, XPREP)
+                x1 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 1, XPREP)
+                x2 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 2, XPREP)
+                x3 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 3, XPREP)
             zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _group_consts(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS,
                                                                HAS_ZEROS, EVEN_K)
+            if BF16_PAIRS:  # the pairs were x * f: the scales take 1 / f
+                s0, s1, s2, s3 = s0 * inv, s1 * inv, s2 * inv, s3 * inv
             if PACK4:
                 acc2 = _dot32(acc2, cur, x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3, CHUNKS)
             elif CHUNKS == 1:
@@ -941,13 +974,16 @@ def stream_config(arch: str, m: int) -> dict[str, Any]:
     return dict(table[max(table)])
 
 
+def is_wide(cfg: dict[str, Any], n_units: int, chunks: int, cus: int) -> bool:
+    """Whether a call of `cfg` is a wide one-row call: the config names a ``wide_min_units_per_cu`` and the call has
+    one row, one scale group per tile and at least that many tiles per CU/SM (see STREAM_CONFIGS)."""
+    return bool(cfg["BLOCK_M"] == 1 and chunks == 1 and cfg.get("wide_min_units_per_cu")
+                and n_units >= cfg["wide_min_units_per_cu"] * cus)
+
+
 def wide_rule(cfg: dict[str, Any], n_units: int, chunks: int, cus: int) -> dict[str, Any]:
-    """`cfg` with ``wide_num_warps`` as its warps when it names a ``wide_min_units_per_cu`` and the call
-    has one row, one scale group per tile and at least that many tiles per CU/SM (see STREAM_CONFIGS)."""
-    if (cfg["BLOCK_M"] == 1 and chunks == 1 and cfg.get("wide_min_units_per_cu")
-            and n_units >= cfg["wide_min_units_per_cu"] * cus):
-        return dict(cfg, num_warps=cfg["wide_num_warps"])
-    return cfg
+    """`cfg` with ``wide_num_warps`` as its warps on a wide one-row call (`is_wide`)."""
+    return dict(cfg, num_warps=cfg["wide_num_warps"]) if is_wide(cfg, n_units, chunks, cus) else cfg
 
 
 def launch_options(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
@@ -1030,13 +1066,19 @@ XPACK_BLOCK = 1024
 """Activation pairs per program of `_w4a16_xpack_kernel`."""
 
 
-def packed_route(cfg: dict[str, Any], arch: str, dtype: torch.dtype, chunks: int) -> bool:
+def packed_route(cfg: dict[str, Any], arch: str, dtype: torch.dtype, chunks: int, perm: bool = False,
+                 even_k: bool = True, scaled_bf16: bool = False) -> bool:
     """Whether a one-row call takes the packed fp16 loop (`_DOT8_ASM_1`): NVIDIA PTX, so only on an
-    NVIDIA target (AMD and the interpreter keep the float32 loop), fp16 activations (bf16 sums would
-    keep 8 bits), at most 4 scale groups per tile, and not switched off by the config (`PACKED`)."""
+    NVIDIA target (AMD and the interpreter keep their loops), at most 4 scale groups per tile, not switched off by the
+    config (`PACKED`), and fp16 activations, or bf16 ones where the call takes them (`scaled_bf16`: a wide call,
+    `is_wide`, or one into an accumulator, the decode step's form) without a permutation on K a tile multiple: their
+    pairs are built in the loop, each K tile's x scaled into fp16 by a power of two (`_xpairs_bf16`; bf16 sums would
+    keep 8 bits). Flushed calls that are not wide ran faster in the float32 loop (H100, 4096x4096 6.9 against 8.4 us,
+    14336x4096 18.4 against 19.3; wide 4096x28672 28.5 against 26.3); the bf16 decode step at batch 1 was 1.8-2.4 %
+    faster with every accumulating call packed than with the wide ones alone (RESULTS.md round23)."""
     nvidia = not arch.startswith("gfx") and arch != "cpu" and not interpret_mode()
-    return (cfg["BLOCK_M"] == 1 and bool(cfg.get("PACKED", True)) and nvidia and dtype == torch.float16
-            and chunks in (1, 2, 4))
+    half = dtype == torch.float16 or (dtype == torch.bfloat16 and scaled_bf16 and not perm and even_k)
+    return cfg["BLOCK_M"] == 1 and bool(cfg.get("PACKED", True)) and nvidia and half and chunks in (1, 2, 4)
 
 
 def half_loop_route(cfg: dict[str, Any], dtype: torch.dtype, perm: bool) -> bool:
@@ -1049,7 +1091,9 @@ def half_loop_route(cfg: dict[str, Any], dtype: torch.dtype, perm: bool) -> bool
 
 def one_row_packed(arch: str, dtype: torch.dtype, w: "W4A16Weight") -> bool:
     """Whether one row of `dtype` on `w` takes the packed loop under `arch`'s shipped config (`packed_route`)."""
-    return packed_route(stream_config(arch, 1), arch, dtype, _chunks(_group_arg(w)))
+    cfg, chunks = stream_config(arch, 1), _chunks(_group_arg(w))
+    wide = is_wide(cfg, w.k_tiles * w.n_blocks, chunks, compute_units(w.qweight.device))
+    return packed_route(cfg, arch, dtype, chunks, w.perm is not None, w.in_features % TILE_K == 0, wide)  # flushed
 
 
 def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], out: torch.Tensor,
@@ -1081,16 +1125,19 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         raise ValueError(f"the stream kernel takes at most {WS_ROWS} rows")
     gs = _group_arg(w)
     chunks = _chunks(gs)
+    wide = is_wide(cfg, n_units, chunks, compute_units(x2.device))
     cfg = wide_rule(cfg, n_units, chunks, compute_units(x2.device))
-    packed = packed_route(cfg, arch, x2.dtype, chunks)
+    packed = packed_route(cfg, arch, x2.dtype, chunks, w.perm is not None, k % TILE_K == 0, wide or accumulate)
+    bf16_pairs = packed and x2.dtype == torch.bfloat16  # built in the loop: no prepared pairs, no look-ahead
     half_loop = not packed and half_loop_route(cfg, x2.dtype, w.perm is not None)
-    lookahead = packed and bool(cfg.get("LOOKAHEAD", False))
+    lookahead = packed and not bf16_pairs and bool(cfg.get("LOOKAHEAD", False))
     pdl = not lookahead and pdl_for(x2, "w4a16", m)
-    xprep = packed and (paired or lookahead or w.perm is not None or k % TILE_K != 0 or bool(cfg.get("XPREP", False)))
+    xprep = packed and not bf16_pairs and (paired or lookahead or w.perm is not None or k % TILE_K != 0
+                                           or bool(cfg.get("XPREP", False)))
     xp = w.qweight
     if paired:
-        if not packed or m != 1 or w.perm is not None or k % TILE_K:
-            raise ValueError("paired input takes one row on the packed loop, K a tile multiple, no permutation")
+        if not packed or bf16_pairs or m != 1 or w.perm is not None or k % TILE_K:
+            raise ValueError("paired input takes one fp16 row on the packed loop, K a tile multiple, no permutation")
         xp = x2.view(torch.int32)
     elif xprep:
         xp = torch.empty(kt * 64, dtype=torch.int32, device=x2.device)
@@ -1113,7 +1160,8 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
-        LOOKAHEAD=lookahead, PDL=pdl, ACCUM=accumulate, HALF_LOOP=half_loop, launch_pdl=pdl, **launch_options(cfg, arch),
+        LOOKAHEAD=lookahead, PDL=pdl, ACCUM=accumulate, HALF_LOOP=half_loop, BF16_PAIRS=bf16_pairs, launch_pdl=pdl,
+        **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:
         resident = _resident_programs(ck, x2.device)

@@ -68,16 +68,28 @@ def test_paired_input_only_where_the_packed_one_row_loop_reads_it():
             w4a16_accumulate(x, w, accumulator(x.device, 128, 1), paired=True)
 
 
-def test_packed_route_only_for_fp16_one_row_on_nvidia():
-    from optimum_amdx.kernels._w4a16_triton import packed_route
+def test_packed_route_only_for_half_one_row_on_nvidia():
+    """fp16 one row on NVIDIA; bf16 too on wide or accumulating calls where its pairs can be built in the loop (no
+    permutation, K a tile multiple: `_xpairs_bf16`); never under the interpreter, which runs no asm."""
+    from unittest import mock
+
+    from optimum_amdx.kernels import _w4a16_triton as kt
 
     cfg = {"BLOCK_M": 1}
-    assert not packed_route(cfg, "gfx942", torch.float16, 1)
-    assert not packed_route(cfg, "cpu", torch.float16, 1)
-    assert not packed_route({"BLOCK_M": 16}, "sm_90", torch.float16, 1)
-    assert not packed_route(cfg, "sm_90", torch.bfloat16, 1)
-    assert not packed_route(cfg, "sm_90", torch.float16, 8)  # group 16: float32 loop
-    assert not packed_route({"BLOCK_M": 1, "PACKED": False}, "sm_90", torch.float16, 1)
+    assert not kt.packed_route(cfg, "sm_90", torch.float16, 1) or not kt.interpret_mode()
+    with mock.patch.object(kt, "interpret_mode", return_value=False):  # as compiled for an NVIDIA GPU
+        assert kt.packed_route(cfg, "sm_90", torch.float16, 1)
+        assert kt.packed_route(cfg, "sm_90", torch.float16, 4, True, False)  # fp16: prepared pairs for those
+        assert not kt.packed_route(cfg, "gfx942", torch.float16, 1)
+        assert not kt.packed_route(cfg, "cpu", torch.float16, 1)
+        assert not kt.packed_route({"BLOCK_M": 16}, "sm_90", torch.float16, 1)
+        assert kt.packed_route(cfg, "sm_90", torch.bfloat16, 1, scaled_bf16=True)
+        assert not kt.packed_route(cfg, "sm_90", torch.bfloat16, 1)  # bf16 pairs: wide or accumulating calls only
+        assert not kt.packed_route(cfg, "sm_90", torch.bfloat16, 1, perm=True, scaled_bf16=True)
+        assert not kt.packed_route(cfg, "sm_90", torch.bfloat16, 1, even_k=False, scaled_bf16=True)
+        assert not kt.packed_route(cfg, "sm_90", torch.float32, 1)
+        assert not kt.packed_route(cfg, "sm_90", torch.float16, 8)  # group 16: float32 loop
+        assert not kt.packed_route({"BLOCK_M": 1, "PACKED": False}, "sm_90", torch.float16, 1)
 
 
 def test_half_loop_only_for_fp16_one_row_without_permutation_on_cdna():
@@ -130,6 +142,67 @@ def test_packed_one_row_matches_exact(k, n, group, sym, act_order, fmt, cfg):
     scale = exact.abs().max().item()
     # fp16 products and short fp16 sums: well inside the fp16 kernels' usual 2e-2 of the largest output
     assert (out.double() - exact).abs().max().item() <= 4e-3 * scale
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the packed loop is inline PTX)")
+@pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
+@pytest.mark.parametrize("magnitude", [1.0, 3e4])
+def test_bf16_one_row_matches_exact(k, n, group, sym, act_order, fmt, magnitude):
+    """bf16 one row: the packed loop with each K tile's x scaled into fp16 by a power of two (`_xpairs_bf16`) where
+    it applies (wide calls: here every call, ``wide_min_units_per_cu`` = 1; one group per tile, no act-order), the
+    float32 loop elsewhere. At 3e4 the activations are far past what fp16 sums of (q - z) * x could hold unscaled
+    (8 x 15 x 3e4), so only the tile scaling keeps them finite."""
+    from optimum_amdx.kernels._w4a16_triton import stream_matmul
+    from optimum_amdx.kernels.runtime import device_arch
+
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=k + n + group)
+    w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=group,
+                            checkpoint_format=fmt)
+    x = (torch.randn(1, k, generator=torch.Generator().manual_seed(k)) * magnitude).bfloat16().cuda()
+    out = w4a16_matmul(x, w, config={"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8, "wide_min_units_per_cu": 1,
+                                     "wide_num_warps": 4})
+    exact = x.double() @ expected.double().cuda()
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    assert (out.double() - exact).abs().max().item() <= 8e-3 * exact.abs().max().item()
+    # into a float32 accumulator (the decode step's form), which takes the tile-scaled pairs on any width
+    acc = torch.zeros(1, n, dtype=torch.float32, device="cuda")
+    stream_matmul(x, w, None, acc, device_arch(), accumulate=True)
+    assert torch.isfinite(acc).all() and (acc.double() - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
+
+
+_BF16_BUILD = r"""
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from optimum_amdx.kernels import _w4a16_triton as kt
+
+for x_type, chunks in (("*fp16", 1), ("*bf16", 1), ("*bf16", 4)):
+    sig = {"x_ptr": x_type, "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "perm_ptr": "*i32",
+           "bias_ptr": "*fp16", "out_ptr": x_type, "ws_ptr": "*fp32", "cnt_ptr": "*i32", "xp_ptr": "*i32", "M": "i32",
+           "N": "i32", "K": "i32", "KT": "i32", "NB": "i32", "stride_xm": "i32", "stride_om": "i32", "n_units": "i32",
+           "e7_bits": "i32"}
+    cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": 1, "BLOCK_N": 128, "HAS_ZEROS": chunks > 1,
+            "HAS_PERM": False, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True, "FENCE": False, "PIPELINE": False,
+            "STAGES": 1, "JOIN": True, "PACKED": True, "XPREP": False, "PACK4": True, "LOOKAHEAD": False, "PDL": False,
+            "ACCUM": False, "HALF_LOOP": False, "BF16_PAIRS": x_type == "*bf16"}
+    sig.update({c: "constexpr" for c in cons})
+    c = triton.compile(ASTSource(kt._w4a16_stream_kernel, sig, cons, {}), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": 8, "num_stages": 1})
+    ptx = c.asm["ptx"]
+    print(x_type, chunks, ptx.count("lop3.b32"), ptx.count("cvt.rn.f16.f32"))
+"""
+
+
+def test_bf16_packed_one_row_assembles_for_sm90():
+    """The packed loop with bf16 pairs scaled per tile (`_xpairs_bf16`) assembles for sm_90 with Triton's bundled
+    ptxas, with as many LOP3s as the fp16 loop (the same PTX per word) and x converted to fp16 in the loop."""
+    from .test_w4a16_rows import sm90_build_stdout
+
+    rows = [line.split() for line in sm90_build_stdout(_BF16_BUILD, timeout=600).splitlines() if line.strip()]
+    got = {(r[0], int(r[1])): (int(r[2]), int(r[3])) for r in rows}
+    assert got[("*bf16", 1)][0] == got[("*fp16", 1)][0]
+    assert got[("*bf16", 1)][1] > 0 and got[("*bf16", 4)][1] > 0
 
 
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
