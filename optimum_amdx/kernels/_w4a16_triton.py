@@ -926,7 +926,7 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
                64: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 8},
                255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8}},
     # HALF_LOOP (one row of fp16 without a permutation, CDNA): the packed loop's fp16 arithmetic in Triton's own
-    # operations, 30-32 % fewer VALU instructions than the float32 loop on gfx90a / gfx942 (v_pk_fma_f16) and 20 fewer
+    # operations, about 30 % fewer VALU instructions than the float32 loop on gfx90a / gfx942 (v_pk_fma_f16) and 20 fewer
     # VGPRs; on an H100 the same form ran 0-9 % faster than the float32 loop, but 8 % slower on act-order g128
     # (RESULTS.md round23; not timed on AMD silicon). gfx1100 keeps the float32 loop: its v_fma_mix_f32 form has
     # fewer instructions there.
@@ -1125,8 +1125,9 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         raise ValueError(f"the stream kernel takes at most {WS_ROWS} rows")
     gs = _group_arg(w)
     chunks = _chunks(gs)
-    wide = is_wide(cfg, n_units, chunks, compute_units(x2.device))
-    cfg = wide_rule(cfg, n_units, chunks, compute_units(x2.device))
+    cus = compute_units(x2.device)
+    wide = is_wide(cfg, n_units, chunks, cus)
+    cfg = wide_rule(cfg, n_units, chunks, cus)
     packed = packed_route(cfg, arch, x2.dtype, chunks, w.perm is not None, k % TILE_K == 0, wide or accumulate)
     bf16_pairs = packed and x2.dtype == torch.bfloat16  # built in the loop: no prepared pairs, no look-ahead
     half_loop = not packed and half_loop_route(cfg, x2.dtype, w.perm is not None)

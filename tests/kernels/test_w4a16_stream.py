@@ -76,7 +76,8 @@ def test_packed_route_only_for_half_one_row_on_nvidia():
     from optimum_amdx.kernels import _w4a16_triton as kt
 
     cfg = {"BLOCK_M": 1}
-    assert not kt.packed_route(cfg, "sm_90", torch.float16, 1) or not kt.interpret_mode()
+    if kt.interpret_mode():  # the CPU test run: the interpreter runs no asm
+        assert not kt.packed_route(cfg, "sm_90", torch.float16, 1)
     with mock.patch.object(kt, "interpret_mode", return_value=False):  # as compiled for an NVIDIA GPU
         assert kt.packed_route(cfg, "sm_90", torch.float16, 1)
         assert kt.packed_route(cfg, "sm_90", torch.float16, 4, True, False)  # fp16: prepared pairs for those
