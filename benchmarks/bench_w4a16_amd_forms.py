@@ -5,7 +5,9 @@ dequantization in Triton's own int16/fp16 operations, two stages; `_w4a16_pipeli
 projection shape and row count, side by side in one run: the fused GEMM (`route="gemm"`, AMD's route before),
 dequant + BLAS, and the pipelined GEMM as each family in `--forms` configures it (on an AMD GPU the default is its
 own family, so the table checks `w4a16.ROUTE_LIMITS` there; on NVIDIA `--forms cdna,rdna3` emulates them: the
-same Triton code, other silicon). Each cell is checked against the float32 reference first. Times are medians of
+same Triton code, other silicon). `--dtype bf16` times bf16 activations, which AMD sends here only on weights of one
+scale group per tile (its bf16 planes of q - z; other layouts are skipped). Each cell is checked against the float32
+reference first. Times are medians of
 graph replays over enough weight copies that L2 cannot hold them. Prints a table and writes JSON (--out).
 Usage: python benchmarks/bench_w4a16_amd_forms.py --forms cdna,rdna3 --rows 2,16,64,128,256 --out forms.json
 """
@@ -32,7 +34,7 @@ SHAPES = {  # name: (K, N, group, act-order); q/k/v and gate/up fused as the eng
     "llama3-qkv": (4096, 6144, 128, False), "o": (4096, 4096, 128, False), "llama3-gate-up": (4096, 28672, 128, False),
     "llama3-down": (14336, 4096, 128, False), "llama2-qkv": (4096, 12288, 128, False),
     "llama2-gate-up": (4096, 22016, 128, False), "llama2-down": (11008, 4096, 128, False),
-    "act-order-g32": (4096, 14336, 32, True),
+    "act-order-g32": (4096, 14336, 32, True), "act-order-g128": (4096, 14336, 128, True),
 }
 
 
@@ -47,6 +49,7 @@ def main() -> None:
     p.add_argument("--forms", help=f"AMD families whose form to time, of {sorted(AMD_CLASSES)} (default: this GPU's)")
     p.add_argument("--rows", default="2,4,16,32,64,128,256", help="row counts, comma-separated")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"of {sorted(SHAPES)}")
+    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16", help="activation dtype")
     p.add_argument("--out", help="write results as JSON here")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -59,7 +62,11 @@ def main() -> None:
         sys.exit(f"error: unknown {', '.join(bad)}; --forms takes {sorted(AMD_CLASSES)} (required off AMD), "
                  f"--shapes {sorted(SHAPES)}.")
     rows_list = [int(r) for r in args.rows.split(",")]
-    print(f"device {torch.cuda.get_device_name()} ({arch}); forms {', '.join(forms)}; us, graph-replayed, L2-cold")
+    dtype = torch.float16 if args.dtype == "fp16" else torch.bfloat16
+    if dtype == torch.bfloat16:  # AMD runs bf16 here on one scale group per tile only (`pipelined_eligible`)
+        shapes = [s for s in shapes if SHAPES[s][2] >= 128]
+    print(f"device {torch.cuda.get_device_name()} ({arch}); forms {', '.join(forms)}; {args.dtype}; us, graph-replayed, "
+          "L2-cold")
     print(f"{'shape':16s} {'M':>4s} {'gemm':>7s} {'dequant':>8s} " + " ".join(f"{f:>16s}" for f in forms))
     results = []
     for name in shapes:
@@ -67,16 +74,16 @@ def main() -> None:
         w, _ = random_gptq(k, n, group, act_order, seed=0, asym=act_order)
         chunks = _chunks(_group_arg(w))
         for m in rows_list:
-            x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
             ref = w4a16_matmul_reference(x, w).float()
             row = {"shape": name, "k": k, "n": n, "group": group, "act_order": act_order, "m": m,
                    "gemm_us": time_us(w, x, "gemm"), "dequant_us": time_us(w, x, "dequant"), "forms": {}}
             cells = []
             for form in forms:
-                cfg = pipelined_config(m, k, n, chunks, True, form)
+                cfg = pipelined_config(m, k, n, chunks, dtype == torch.float16, form)
                 out = w4a16_matmul(x, w, route="pipelined", config=dict(cfg)).float()
                 err = ((out - ref).abs().max() / ref.abs().max()).item()
-                if err > 4e-3:
+                if err > (4e-3 if dtype == torch.float16 else 2e-2):
                     sys.exit(f"error: {name} at {m} rows in the {form} form is off by {err:.1e} of the largest output")
                 us = time_us(w, x, "pipelined", dict(cfg))
                 row["forms"][form] = {"us": us, "config": cfg, "err": err}
@@ -87,7 +94,7 @@ def main() -> None:
     print("(x) = the better of the fused GEMM and dequant + BLAS over the form's time")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "arch": arch,
+            json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "dtype": args.dtype,
                        "uuid": str(torch.cuda.get_device_properties(0).uuid), "forms": forms, "results": results}, f,
                       indent=1)
 

@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eager", action="store_true", help="launch from Python instead of replaying a graph")
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16",
                    help="activations (and the dense reference weight); the reference column is named after it")
+    p.add_argument("--act-order", action="store_true",
+                   help="act-order weights (g128, asymmetric zeros: x gathered into the layout's row order)")
     p.add_argument("--out", help="write results as JSON here")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     for shape in args.shapes.split(","):
         for k, n in LAYERS[shape]:
-            w0, _ = random_gptq(k, n, 128, False, seed=k + n)
+            w0, _ = random_gptq(k, n, 128, args.act_order, seed=k + n, asym=args.act_order)
             copies = l2_cold_copies(k * n * 2)
             ws = [w0] + [_clone(w0) for _ in range(copies - 1)]
             dense = [kt.dequantize_dense(w, dtype, arch) for w in ws]
@@ -108,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "eager": args.eager, "dtype": args.dtype,
+                       "act_order": args.act_order, "uuid": str(torch.cuda.get_device_properties(0).uuid),
                        "results": results}, f, indent=1)
     return 0
 

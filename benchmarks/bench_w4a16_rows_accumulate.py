@@ -49,6 +49,9 @@ def _grid() -> dict[str, dict[str, Any]]:
         out[f"{tag}_st2"] = {"_class": cls, "num_stages": 2}
         out[f"{tag}_st4"] = {"_class": cls, "num_stages": 4}
     out["regs_w8"] = {"_class": "rows16_regs", "num_warps": 8}
+    for entry in out.values():  # fp16's form of the register class (the shipped class serves bf16's float32 form)
+        if entry.get("_class") == "rows16_regs":
+            entry["HALF_DEQ"] = True
     for reg in (64, 80, 96, 128):  # the shipped class of the call, under a register cap (17-64 rows: with --flush)
         out[f"base_r{reg}"] = {"maxnreg": reg}
     # the tile's dot of q - z scaled after it (SCALE_AFTER: one group per tile, one K tile per step)
@@ -63,7 +66,7 @@ def _grid() -> dict[str, dict[str, Any]]:
     # 17-32 rows on wide outputs (with --flush): the staged classes against the register class
     out["narrow32"] = {"_class": "narrow32"}
     out["narrow32_w2"] = {"_class": "narrow32", "waves": 2}
-    out["regs_sa"] = {"_class": "rows16_regs", "SCALE_AFTER": True}
+    out["regs_sa"] = {"_class": "rows16_regs", "SCALE_AFTER": True, "HALF_DEQ": True}
     # 33-64 rows (with --flush): the scaled form on any grid, under a register cap that keeps 4 programs per SM;
     # the 64 x 128 tile (half the activation reads per weight byte), scaled or not, on narrow outputs too
     out["sa_any"] = {"SCALE_AFTER": True, "scale_after_waves": 1 << 10}

@@ -38,7 +38,8 @@ on an H100 it ran at 0.83-1.02x the speed of the PTX form and 1.21-1.78x the flo
 for bit (RESULTS.md round18). On gfx942 the AMD pipeliner (two stages) prefetches the words into registers and
 the activations through LDS, and the dequantized tile reaches the MFMA from registers. `AMD_CLASSES` and
 `amd_config` say which tiles AMD runs; `AMD_COMPILE_SPECS` compiles each for gfx90a, gfx942, gfx950 and gfx1100
-(no scratch). bf16 on AMD stays on the fused GEMM (`pipelined_eligible`).
+(no scratch). bf16 on AMD takes it with one scale group per tile, in the portable bf16 planes of q - z
+(`_plane_lo_qb`, `_plane_hi_qb`); finer groups stay on the fused GEMM (`pipelined_eligible`).
 """
 
 from __future__ import annotations
@@ -165,6 +166,26 @@ def _plane_hi_qb(h, zf):
 
 
 @triton.jit
+def _planes_q_of(packed, za, zb, ASM: tl.constexpr, ASM_BF16: tl.constexpr, BF16: tl.constexpr):
+    """q - z of planes 2b and 2b + 1 in PTX: `_planes_qb` (ASM_BF16, `za` = bf16 -(128 + z)) with BF16, else
+    `_planes_q` (ASM, `za` / `zb` = fp16 -(1024 + z) / -(64 + z))."""
+    if BF16:
+        return _planes_qb(packed, za, ASM_BF16)
+    else:
+        return _planes_q(packed, za, zb, ASM)
+
+
+@triton.jit
+def _pair_q(h, za, zb, BF16: tl.constexpr):
+    """Portable q - z of the two planes in int16 halves `h` (bits 0-3, 4-7): `_plane_lo_qb` / `_plane_hi_qb` with
+    BF16 (`za`: float32 -(128 + z)), else `_plane_lo_q` / `_plane_hi_q` (`za` / `zb` as in `_planes_q_of`)."""
+    if BF16:
+        return _plane_lo_qb(h, za), _plane_hi_qb(h, za)
+    else:
+        return _plane_lo_q(h, za), _plane_hi_q(h, zb)
+
+
+@triton.jit
 def _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
                     HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX: tl.constexpr = True,
                     BF16: tl.constexpr = False):
@@ -174,34 +195,26 @@ def _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
     per weight in fp16; bf16 1.5, against about 3 for its float32 dequantization)."""
     s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
     shape: tl.constexpr = [BLOCK_N, 16]
-    if BF16:
+    if BF16:  # -(128 + z) for both planes: bf16 for the PTX, float32 for the portable add
         if PTX:
-            zb = tl.broadcast_to((-128.0 - z).to(tl.bfloat16), shape)
-            w0, w1 = _planes_qb(packed, zb, _PLANES_QB_ASM_0)
-            w2, w3 = _planes_qb(packed, zb, _PLANES_QB_ASM_1)
-            w4, w5 = _planes_qb(packed, zb, _PLANES_QB_ASM_2)
-            w6, w7 = _planes_qb(packed, zb, _PLANES_QB_ASM_3)
+            za = tl.broadcast_to((-128.0 - z).to(tl.bfloat16), shape)
         else:
-            zf = tl.broadcast_to(-128.0 - z, shape)
-            lo, lo8, hi, hi8 = _byte_halves(packed)
-            w0, w1 = _plane_lo_qb(lo, zf), _plane_hi_qb(lo, zf)
-            w2, w3 = _plane_lo_qb(lo8, zf), _plane_hi_qb(lo8, zf)
-            w4, w5 = _plane_lo_qb(hi, zf), _plane_hi_qb(hi, zf)
-            w6, w7 = _plane_lo_qb(hi8, zf), _plane_hi_qb(hi8, zf)
+            za = tl.broadcast_to(-128.0 - z, shape)
+        zb = za
+    else:  # -(1024 + z) for the even planes, -(64 + z) for the odd ones
+        za = tl.broadcast_to((-1024.0 - z).to(tl.float16), shape)
+        zb = tl.broadcast_to((-64.0 - z).to(tl.float16), shape)
+    if PTX:
+        w0, w1 = _planes_q_of(packed, za, zb, _PLANES_Q_ASM_0, _PLANES_QB_ASM_0, BF16)
+        w2, w3 = _planes_q_of(packed, za, zb, _PLANES_Q_ASM_1, _PLANES_QB_ASM_1, BF16)
+        w4, w5 = _planes_q_of(packed, za, zb, _PLANES_Q_ASM_2, _PLANES_QB_ASM_2, BF16)
+        w6, w7 = _planes_q_of(packed, za, zb, _PLANES_Q_ASM_3, _PLANES_QB_ASM_3, BF16)
     else:
-        zl = tl.broadcast_to((-1024.0 - z).to(tl.float16), shape)
-        zh = tl.broadcast_to((-64.0 - z).to(tl.float16), shape)
-        if PTX:
-            w0, w1 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_0)
-            w2, w3 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_1)
-            w4, w5 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_2)
-            w6, w7 = _planes_q(packed, zl, zh, _PLANES_Q_ASM_3)
-        else:
-            lo, lo8, hi, hi8 = _byte_halves(packed)
-            w0, w1 = _plane_lo_q(lo, zl), _plane_hi_q(lo, zh)
-            w2, w3 = _plane_lo_q(lo8, zl), _plane_hi_q(lo8, zh)
-            w4, w5 = _plane_lo_q(hi, zl), _plane_hi_q(hi, zh)
-            w6, w7 = _plane_lo_q(hi8, zl), _plane_hi_q(hi8, zh)
+        lo, lo8, hi, hi8 = _byte_halves(packed)
+        w0, w1 = _pair_q(lo, za, zb, BF16)
+        w2, w3 = _pair_q(lo8, za, zb, BF16)
+        w4, w5 = _pair_q(hi, za, zb, BF16)
+        w6, w7 = _pair_q(hi8, za, zb, BF16)
     return _tile_of_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N), tl.reshape(s, [BLOCK_N])
 
 
@@ -384,10 +397,10 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     "rows16": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 6, "min_k_tiles": 4,
                "HALF_DEQ": True, "PTX_LOADS": False, "within_waves": False, "maxnreg": 80,
                "overflow_maxnreg": 72, "SCALE_AFTER": True},
-    "rows16_regs": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 4,
-                    "HALF_DEQ": True},
-    "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2, "min_k_tiles": 8,
-               "HALF_DEQ": True},
+    "rows16_regs": {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4,
+                    "min_k_tiles": 4},  # bf16's float32 form only (fp16 takes rows16)
+    "rows32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 2,
+               "min_k_tiles": 8},  # bf16's float32 form on wide outputs only (fp16 takes narrow32)
     "narrow32": {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
                  "HALF_DEQ": True, "PTX_LOADS": False, "SCALE_AFTER": True},
     "rows64": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "waves": 4, "min_k_tiles": 8,
@@ -457,8 +470,9 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
     (`_dequant_tile_q`), on narrow outputs at every row count and on wide ones up to `BF16_PLANES_MAX_WIDE` rows: the
     fp16 class where that class scales (``rows16``, ``narrow32``, ``rows64``), else ``rows64`` (in place of the
     unscaled 64 x 128 tile). On an H100 that is 1.02-1.86x faster than its float32 form at 2-256 rows, and 0.96-1.16x
-    the fp16 time (RESULTS.md round23). Not on AMD, where the dispatcher keeps bf16 on the fused GEMM
-    (`pipelined_eligible`). Its float32 form: elsewhere bf16
+    the fp16 time (RESULTS.md round23). An AMD family takes them too, in its own class (`AMD_CLASSES`) and the portable
+    planes (`_plane_lo_qb`, `_plane_hi_qb`); the dispatcher sends AMD no other bf16 layout (`pipelined_eligible`).
+    Its float32 form: elsewhere bf16
     takes the same tiles with the register word loads and its float32 dequantization (two K tiles a step, as
     the kernel once ran them, needed 158-196 registers on sm_90 and measured up to 1.3x slower on an H100:
     RESULTS.md section w4half), except above 64 rows: on wide outputs the 64 x 128 tile lost in
@@ -467,13 +481,13 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
     1.23-1.34x dequant + BLAS, round18). The 256 x 128 tile serves one scale group per tile only: with more, its
     sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0), and the 64 x 64 tile runs instead."""
     amd = family in AMD_CLASSES
-    if not half and chunks == 1 and not amd and (m <= BF16_PLANES_MAX_WIDE or n < WIDE_N):  # bf16 planes
-        name16 = _class_name(m, k, n, chunks, True)
-        return dict(PIPELINED_CONFIGS[name16 if PIPELINED_CONFIGS[name16].get("SCALE_AFTER") else "rows64"])
-    name = _class_name(m, k, n, chunks, half)
+    planes = not half and chunks == 1 and (m <= BF16_PLANES_MAX_WIDE or n < WIDE_N)  # bf16 planes of q - z
+    name = _class_name(m, k, n, chunks, half or planes)
     if amd:
         name = AMD_CLASSES[family].get(name, name)
-    cfg = dict(PIPELINED_CONFIGS[name]) if half else float32_config(PIPELINED_CONFIGS[name])
+    if planes and not PIPELINED_CONFIGS[name].get("SCALE_AFTER"):
+        name = AMD_CLASSES[family].get("rows64", "rows64") if amd else "rows64"
+    cfg = dict(PIPELINED_CONFIGS[name]) if half or planes else float32_config(PIPELINED_CONFIGS[name])
     return amd_config(cfg, family) if amd else cfg
 
 
@@ -543,13 +557,16 @@ def launch_plan(cfg: dict[str, Any], tiles: int, k_tiles: int, chunks: int, cus:
 
 def pipelined_eligible(arch: str, w: "W4A16Weight", dtype: Optional[torch.dtype] = None) -> bool:
     """Whether the dispatcher may send `w` with activations of `dtype` (None: any) here: a 4-bit kernel-ready
-    weight on a GPU; on AMD fp16 activations only (the portable fp16 dequantization: 1.21-1.78x the float32
-    form on an H100, which bf16 would run, and that form measured at parity with the fused GEMM; RESULTS.md
-    round18). `arch` is "cpu" under the interpreter (`w4a16_matmul` sets it): the dispatcher never picks this
-    kernel there, but a forced ``route="pipelined"`` runs it with plain loads (tests)."""
+    weight on a GPU; on AMD fp16 activations (the portable fp16 dequantization: 1.21-1.78x the float32 form on an
+    H100, RESULTS.md round18), and bf16 ones on a weight of one scale group per 128-row tile, which take the
+    portable bf16 planes of q - z (`_dequant_tile_q`); bf16 on finer groups would run the float32 form, measured at
+    parity with the fused GEMM (round18). `arch` is "cpu" under the interpreter (`w4a16_matmul` sets it): the
+    dispatcher never picks this kernel there, but a forced ``route="pipelined"`` runs it with plain loads (tests)."""
     if arch == "cpu" or w.bits != 4 or not w.kernel_ready:
         return False
-    return not arch.startswith("gfx") or dtype in (None, torch.float16)
+    if not arch.startswith("gfx") or dtype in (None, torch.float16):
+        return True
+    return dtype == torch.bfloat16 and _chunks(_group_arg(w)) == 1
 
 
 def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], arch: str,
@@ -608,23 +625,28 @@ def _amd_classes(family_name: str) -> list[str]:
     return sorted({AMD_CLASSES[family_name].get(name, name) for name in PIPELINED_CONFIGS})
 
 
-def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool, large_grid: bool = False) -> CompileSpec:
-    """One AMD class of fp16 activations (the dispatcher sends AMD fp16 only, `pipelined_eligible`) in one
-    layout; act-order weights reach the kernel with x already gathered, so g32 asym stands for them.
-    `large_grid`: the form a grid past the class's ``scale_after_waves`` launches there (each weight scaled: AMD
-    takes no register cap)."""
+def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool, large_grid: bool = False,
+              bf16: bool = False) -> CompileSpec:
+    """One AMD class in one layout, fp16 activations or, with `bf16`, bf16 ones (the dispatcher sends AMD bf16 only
+    with one scale group per tile, `pipelined_eligible`: its planes of q - z); act-order weights reach the kernel
+    with x already gathered, so g32 asym stands for them. `large_grid`: the form a grid past the class's
+    ``scale_after_waves`` launches there (each weight scaled, bf16 in its float32 form: AMD takes no register
+    cap)."""
     cfg = amd_config(dict(PIPELINED_CONFIGS[cls]), family_name)
     scale_after = _scale_after(cfg, _chunks(group)) and not large_grid
-    sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
-           "out_ptr": "*fp32" if accum else "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
+    act = "*bf16" if bf16 else "*fp16"
+    sig = {"x_ptr": act, "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": act,
+           "out_ptr": "*fp32" if accum else act, "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
            "K": "i32", "KT": "i32", "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
     cons = {"GROUP_SIZE": group, "CHUNKS": _chunks(group), "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
             "GROUP_M": 8, "SPLIT": 2, "HAS_ZEROS": zeros, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True,
-            "PTX_LOADS": cfg["PTX_LOADS"], "HALF_DEQ": cfg["HALF_DEQ"], "ACCUM": accum,
+            "PTX_LOADS": cfg["PTX_LOADS"], "HALF_DEQ": cfg["HALF_DEQ"] and not bf16, "ACCUM": accum,
             "PTX_DEQ": cfg["PTX_DEQ"], "SCALE_AFTER": scale_after}
+    if bf16:
+        cons["BF16"] = True
     sig.update({c: "constexpr" for c in cons})
     tag = ("asym" if zeros else "sym") + (",accum" if accum else "") + (",rdna3" if family_name == "rdna3" else "")
-    tag += ",scale_after" if scale_after else ""
+    tag += (",scale_after" if scale_after else "") + (",bf16" if bf16 else "")
     return CompileSpec(
         name=f"w4a16_pipelined[{cls}:{cfg['BLOCK_M']}x{cfg['BLOCK_N']},g{group},{tag}]",
         kernel=_w4a16_pipelined_kernel,
@@ -638,6 +660,13 @@ def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool, 
     )
 
 
+def _amd_planes_classes(family_name: str) -> list[str]:
+    """The classes bf16 planes run on `family_name`: `pipelined_config`'s choice for every Hopper class."""
+    return sorted({AMD_CLASSES[family_name].get(name, name) for name in PIPELINED_CONFIGS
+                   if PIPELINED_CONFIGS[AMD_CLASSES[family_name].get(name, name)].get("SCALE_AFTER")}
+                  | {AMD_CLASSES[family_name].get("rows64", "rows64")})
+
+
 AMD_COMPILE_SPECS: list[CompileSpec] = [
     _amd_spec(fam, cls, group, zeros, False)
     for fam in AMD_CLASSES
@@ -648,7 +677,18 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     for fam in AMD_CLASSES
     for cls in _amd_classes(fam)
     if "scale_after_waves" in PIPELINED_CONFIGS[cls]
+] + [
+    _amd_spec(fam, cls, 128, zeros, False, bf16=True)
+    for fam in AMD_CLASSES
+    for cls in _amd_planes_classes(fam)
+    for zeros in (False, True)
+] + [_amd_spec(fam, "rows16", 128, False, True, bf16=True) for fam in AMD_CLASSES] + [
+    _amd_spec(fam, cls, 128, False, False, large_grid=True, bf16=True)
+    for fam in AMD_CLASSES
+    for cls in _amd_planes_classes(fam)
+    if "scale_after_waves" in PIPELINED_CONFIGS[cls]
 ]
 """Every class an AMD family runs, g128 sym and g32 asym (act-order), the 16-row class into a decode step's
 float32 accumulator (`w4a16.w4a16_accumulate`), and a class's g128 form with each weight scaled where large grids
-launch it (``scale_after_waves``)."""
+launch it (``scale_after_waves``); for bf16 every class its planes run, g128 sym and asym (act-order g128), into an
+accumulator, and the float32 form of large grids."""

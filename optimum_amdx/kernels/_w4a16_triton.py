@@ -1089,11 +1089,11 @@ def half_loop_route(cfg: dict[str, Any], dtype: torch.dtype, perm: bool) -> bool
     return cfg["BLOCK_M"] == 1 and bool(cfg.get("HALF_LOOP", False)) and dtype == torch.float16 and not perm
 
 
-def one_row_packed(arch: str, dtype: torch.dtype, w: "W4A16Weight") -> bool:
-    """Whether one row of `dtype` on `w` takes the packed loop under `arch`'s shipped config (`packed_route`)."""
-    cfg, chunks = stream_config(arch, 1), _chunks(_group_arg(w))
-    wide = is_wide(cfg, w.k_tiles * w.n_blocks, chunks, compute_units(w.qweight.device))
-    return packed_route(cfg, arch, dtype, chunks, w.perm is not None, w.in_features % TILE_K == 0, wide)  # flushed
+def one_row_packed(arch: str, w: "W4A16Weight") -> bool:
+    """Whether one fp16 row on `w` takes the packed loop under `arch`'s shipped config (`packed_route`). fp16 only:
+    the prepared pairs its caller serves (`w4a16.takes_pairs`) are fp16's; bf16 builds its pairs in the loop."""
+    return packed_route(stream_config(arch, 1), arch, torch.float16, _chunks(_group_arg(w)), w.perm is not None,
+                        w.in_features % TILE_K == 0)
 
 
 def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tensor], out: torch.Tensor,

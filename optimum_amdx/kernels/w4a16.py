@@ -465,8 +465,8 @@ reused by every row) where it applies and `dispatch_route` asks for it (act-orde
 (``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16 activations on a weight of several
 scale groups per 128-row tile, bf16's float32 form; ``pipelined_max_small`` for a weight of exactly
 `PIPELINED_MIN_WEIGHT` elements, ``pipelined_max_small_one_group`` where it has one scale group per tile) the
-pipelined fused GEMM (`_w4a16_pipelined_triton`: a weight of at least `PIPELINED_MIN_WEIGHT` elements; on AMD fp16
-only); a weight with one scale group per 128-row tile (group 128 or coarser) keeps it to ``pipelined_max_prefill``
+pipelined fused GEMM (`_w4a16_pipelined_triton`: a weight of at least `PIPELINED_MIN_WEIGHT` elements; on AMD fp16,
+and bf16 with one scale group per tile); a weight with one scale group per 128-row tile (group 128 or coarser) keeps it to ``pipelined_max_prefill``
 rows in fp16 when its output is wide or its input longer than `LONG_K`; up to
 ``gemm_max_wide`` / ``gemm_max_narrow`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in
 registers, fed to ``tl.dot``, split-K when its tiles do not fill the GPU); above, dequantize once into
@@ -538,7 +538,8 @@ def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = 
 def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> str:
     """The route `w4a16_matmul` takes for `m` rows of `dtype` activations times `w` on `arch` (a
     `runtime.device_arch` string; "cpu" for the interpreter): `choose_route` with the weight's shape
-    and which kernels can serve it (the few-row kernel is NVIDIA-only, and AMD sends bf16 past the pipelined one)."""
+    and which kernels can serve it (the few-row kernel is NVIDIA-only, and AMD sends bf16 past the pipelined one
+    unless the weight has one scale group per tile: `_w4a16_pipelined_triton.pipelined_eligible`)."""
     import torch
 
     from . import _w4a16_pipelined_triton as kp
@@ -568,7 +569,8 @@ def accumulating_route(x: "torch.Tensor", w: W4A16Weight) -> Optional[str]:
     """The route of `ACCUMULATING_ROUTES` that `w4a16_accumulate` would take for `x` (``[M, K]``, fp16/bf16, at
     most `ACCUMULATE_MAX_ROWS` rows) times `w`, or None: the Triton kernels run here and the dispatcher
     sends M rows to an accumulating route (1-16 rows, but on NVIDIA not 2-3 rows of act-order weights, which take
-    the few-row kernel, and on AMD not 2-16 rows of bf16, which take the fused GEMM)."""
+    the few-row kernel, and on AMD not 2-16 rows of bf16 on a weight of several scale groups per tile, which take
+    the fused GEMM)."""
     import torch
 
     from .runtime import kernel_arch
@@ -652,7 +654,7 @@ def takes_pairs(rows: int, dtype: "torch.dtype", w: W4A16Weight) -> bool:
         return False
     from . import _w4a16_triton as kt
 
-    return dispatch_route(1, w, dtype, arch) == "stream" and kt.one_row_packed(arch, dtype, w)
+    return dispatch_route(1, w, dtype, arch) == "stream" and kt.one_row_packed(arch, w)
 
 
 def w4a16_accumulate(x: "torch.Tensor", w: W4A16Weight, acc: "torch.Tensor",

@@ -382,7 +382,7 @@ def test_dispatch_and_grid_choices():
             assert choose_route(narrow + 1, fam, 4096, pipelined=True, weight_elems=big) != "pipelined"
             bf16_narrow = lim.pipelined_max_narrow_bf16  # bf16's float32 form (several groups a tile), narrow outputs
             assert bf16_narrow <= narrow
-            if bf16_narrow:  # AMD sends bf16 elsewhere (`pipelined_eligible`)
+            if bf16_narrow:  # AMD sends bf16 of several groups a tile elsewhere (`pipelined_eligible`)
                 assert lo <= bf16_narrow
                 assert choose_route(bf16_narrow, fam, 4096, pipelined=True, weight_elems=big, bf16=True) == "pipelined"
                 assert choose_route(bf16_narrow + 1, fam, 4096, pipelined=True, weight_elems=big,

@@ -17,8 +17,9 @@ from .test_w4a16_stream import PACKED_CASES
 
 
 def test_pipelined_route_targets():
-    """NVIDIA takes it for fp16 and bf16, AMD for fp16 only (its portable fp16 dequantization), the interpreter
-    only when forced; on a CDNA GPU the dispatcher sends 2-128 fp16 rows of a large weight here, bf16 elsewhere."""
+    """NVIDIA takes it for fp16 and bf16, AMD for fp16 (its portable fp16 dequantization) and for bf16 on a weight
+    of one scale group per tile (its portable bf16 planes), the interpreter only when forced; on a CDNA GPU the
+    dispatcher sends 2-128 fp16 rows of a large weight here, bf16 of g128 too, bf16 of g32 elsewhere."""
     from optimum_amdx.kernels._w4a16_pipelined_triton import pipelined_eligible
     from optimum_amdx.kernels.w4a16 import dispatch_route
 
@@ -26,7 +27,11 @@ def test_pipelined_route_targets():
     w = prepare_gptq_weight(qweight, qzeros, scales, g_idx, bits=4, group_size=128)
     assert pipelined_eligible("sm_90", w) and pipelined_eligible("sm_90", w, torch.bfloat16)
     assert pipelined_eligible("gfx942", w, torch.float16) and pipelined_eligible("gfx1100", w, torch.float16)
-    assert not pipelined_eligible("gfx942", w, torch.bfloat16)
+    assert pipelined_eligible("gfx942", w, torch.bfloat16) and pipelined_eligible("gfx1100", w, torch.bfloat16)
+    qweight, qzeros, scales, g_idx, _ = quantize(256, 128, 4, 32, True, False, "gptq", seed=1)
+    w32 = prepare_gptq_weight(qweight, qzeros, scales, g_idx, bits=4, group_size=32)
+    assert pipelined_eligible("sm_90", w32, torch.bfloat16) and pipelined_eligible("gfx942", w32, torch.float16)
+    assert not pipelined_eligible("gfx942", w32, torch.bfloat16)  # bf16's float32 form: at parity with the fused GEMM
     assert not pipelined_eligible("cpu", w)
     big = prepare_gptq_weight(torch.zeros(4096 // 8, 8192, dtype=torch.int32),
                               torch.zeros(4096 // 128, 8192 // 8, dtype=torch.int32),
@@ -36,12 +41,20 @@ def test_pipelined_route_targets():
     assert dispatch_route(257, big, torch.float16, "gfx942") == "dequant"
     assert dispatch_route(16, big, torch.float16, "gfx1100") == "pipelined"
     assert dispatch_route(17, big, torch.float16, "gfx1100") == "gemm"
-    assert dispatch_route(16, big, torch.bfloat16, "gfx942") == "gemm"
+    assert [dispatch_route(m, big, torch.bfloat16, "gfx942") for m in (2, 16, 128, 129)] == [
+        "pipelined", "pipelined", "pipelined", "dequant"]  # bf16 planes: to the wide limit (128), no prefill rows
+    assert dispatch_route(16, big, torch.bfloat16, "gfx1100") == "pipelined"
+    big32 = prepare_gptq_weight(torch.zeros(4096 // 8, 8192, dtype=torch.int32),
+                                torch.zeros(4096 // 32, 8192 // 8, dtype=torch.int32),
+                                torch.ones(4096 // 32, 8192, dtype=torch.float16), None, bits=4, group_size=32)
+    assert dispatch_route(16, big32, torch.bfloat16, "gfx942") == "gemm"
+    assert dispatch_route(16, big32, torch.float16, "gfx942") == "pipelined"
 
 
 def test_amd_configs_are_the_portable_form():
     """An AMD family runs the Hopper classes as `AMD_CLASSES` maps them, with plain word loads, the portable fp16
-    dequantization, one K tile per step and two stages; gfx1100 only the 16-row tile (no scratch there)."""
+    dequantization (bf16: its portable planes of q - z where the class scales one-group tiles, else the float32 form),
+    one K tile per step and two stages; gfx1100 only the 16-row tile (no scratch there)."""
     from optimum_amdx.kernels._w4a16_pipelined_triton import AMD_CLASSES, float32_config, pipelined_config
 
     for family in AMD_CLASSES:
@@ -49,7 +62,10 @@ def test_amd_configs_are_the_portable_form():
             for half in (True, False):
                 cfg = pipelined_config(m, k, n, 1, half, family)
                 assert cfg["PTX_LOADS"] is False and cfg["PTX_DEQ"] is False and cfg["num_stages"] == 2, cfg
-                assert cfg["HALF_DEQ"] == half
+                planes = not half and (m <= 192 or n < 8192)  # BF16_PLANES_MAX_WIDE, WIDE_N
+                assert cfg["HALF_DEQ"] == (half or planes)
+                assert bool(cfg.get("SCALE_AFTER")) == (planes or (half and cfg["BLOCK_N"] == 64)), cfg
+                assert pipelined_config(m, k, n, 4, False, family)["HALF_DEQ"] is False  # g32: the float32 form
                 assert cfg["BLOCK_M"] <= (64 if family == "cdna" else 16)
                 assert ("matrix_instr_nonkdim" in cfg) == (family == "cdna")
     assert pipelined_config(200, 4096, 28672, 1, False, "cdna")["BLOCK_M"] == 64  # no 256-row tile in 64 KiB
@@ -364,6 +380,19 @@ def test_amd_forms_match_exact(family, m, group, sym, act_order):
 
     cfg = pipelined_config(m, 256, 256, 128 // group, True, family)
     _check_exact(256, 256, group, sym, act_order, "gptq", m, cfg, torch.float16)
+
+
+@pytest.mark.parametrize("family", ["cdna", "rdna3"])
+@pytest.mark.parametrize("m", [2, 40])
+@pytest.mark.parametrize("sym,act_order", [(True, False), (False, True)])
+def test_amd_bf16_planes_match_exact(family, m, sym, act_order):
+    """bf16 as an AMD family runs it on a weight of one scale group per tile (g128, plain or act-order): the
+    family's class with the portable bf16 planes of q - z and the scaled dot products, against the exact product."""
+    from optimum_amdx.kernels._w4a16_pipelined_triton import pipelined_config
+
+    cfg = pipelined_config(m, 256, 256, 1, False, family)
+    assert cfg["SCALE_AFTER"] and not cfg["PTX_DEQ"]
+    _check_exact(256, 256, 128, sym, act_order, "gptq", m, cfg, torch.bfloat16)
 
 
 def _past_fp16_range(k: int, n: int, m: int, cfg: dict) -> tuple[torch.Tensor, torch.Tensor]:
