@@ -132,46 +132,6 @@ def gemm_sweep(copy_bw: float, ms: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
-ROWS_SWEEP_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
-
-
-def _rows_configs() -> list[dict[str, Any]]:
-    """Warps, and a register cap (more programs per SM, at the risk of spills)."""
-    return [dict({"num_warps": w, "programs_per_cu": 8}, **({"maxnreg": r} if r else {}))
-            for w, r in ((4, 0), (8, 0), (4, 96), (4, 128), (8, 96), (2, 0))]
-
-
-def rows_sweep(copy_bw: float, ms: list[int], peers: bool) -> list[dict[str, Any]]:
-    """The few-row kernel (`_w4a16_rows_ptx`) at 1..4 rows, its launch configs beside the fused GEMM,
-    our one-row time, torch fp16 and torch's int4mm (g128 sym; one act-order g32 asym weight too)."""
-    rows = []
-    cases = [(k, n, 128, False) for k, n in ROWS_SWEEP_SHAPES] + [(4096, 14336, 32, True)]
-    for k, n, group, act in cases:
-        w, raw = random_gptq(k, n, group, act, seed=7 * k + n + group, asym=act)
-        m1 = ours_ms(w, 1)
-        for m in ms:
-            r: dict[str, Any] = {"K": k, "N": n, "M": m, "group": group, "act_order": act, "m1_ms": m1,
-                                 "floor_ms": call_bytes(w, m) / copy_bw * 1e3, "gemm_ms": ours_ms(w, m, route="gemm"),
-                                 "fp16_ms": fp16_ms(k, n, m),
-                                 "int4pack_ms": peer_ms(int4pack_fn, raw, k, n, m, torch.bfloat16) if peers and not act
-                                 else float("nan"), "rows": []}
-            for cfg in _rows_configs():
-                try:
-                    t = ours_ms(w, m, cfg, route="rows")
-                except Exception as exc:  # noqa: BLE001 - a config that fails is recorded, not fatal
-                    r["rows"].append({"config": cfg, "error": str(exc)[:200]})
-                    continue
-                r["rows"].append({"config": cfg, "ms": t})
-            best = min((c["ms"] for c in r["rows"] if "ms" in c), default=float("nan"))
-            rows.append(r)
-            cells = " ".join(f"{c.get('ms', float('nan')) * 1e3:6.1f}" for c in r["rows"])
-            print(f"  rows {k:>5}x{n:<5} g{group} act={int(act)} M={m}: floor {r['floor_ms'] * 1e3:5.1f} | rows [{cells}] "
-                  f"| gemm {r['gemm_ms'] * 1e3:6.1f} | own M=1 {m1 * 1e3:5.1f} ({best / m1:.2f}x) | fp16 "
-                  f"{r['fp16_ms'] * 1e3:6.1f} | int4mm {r['int4pack_ms'] * 1e3:6.1f} us", flush=True)
-        del w, raw
-    return rows
-
-
 def fp16_ms(k: int, n: int, m: int) -> float:
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     ws = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(l2_cold_copies(k * n * 2))]
@@ -335,14 +295,13 @@ PIPELINED_ONLY_KNOBS = frozenset({"SCALE_AFTER"})
 
 @contextlib.contextmanager
 def knob_on_routes(key: str, value: str) -> Iterator[None]:
-    """`key` = `value` (``K1+K2`` = ``a+b`` for several) in the shipped configs of the one-row, few-row and
+    """`key` = `value` (``K1+K2`` = ``a+b`` for several) in the shipped configs of the one-row and
     pipelined routes (what shipping the knob would do), restored on exit."""
     from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
-    from optimum_amdx.kernels import _w4a16_rows_ptx as kr
     from optimum_amdx.kernels import _w4a16_triton as kt
 
     pipelined = list(kp.PIPELINED_CONFIGS.values())
-    tables = [kt.STREAM_CONFIGS[kt._family(device_arch())][1], kr.ROWS_CONFIG, *pipelined]
+    tables = [kt.STREAM_CONFIGS[kt._family(device_arch())][1], *pipelined]
     saved = [dict(t) for t in tables]
     try:
         for t in tables:
@@ -384,7 +343,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write results as JSON here")
     parser.add_argument("--knob-ab", help="KEY=V1,V2,...: only time these values of an integer config knob on the "
-                        "one-row, few-row and pipelined routes, decode shapes (e.g. num_warps=4,8)")
+                        "one-row and pipelined routes, decode shapes (e.g. num_warps=4,8)")
     parser.add_argument("--knob-ab-m", default="1,2,3,4,8,16,32,64", help="row counts --knob-ab covers")
     parser.add_argument("--quick", action="store_true", help="three M=1 shapes and a shorter M list")
     parser.add_argument("--sweep", action="store_true", help="also sweep programs per SM and warps")
@@ -396,8 +355,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--sweep-m", default="1,16,32,64,128", help="row counts the sweep covers")
     parser.add_argument("--batch-ms", help="row counts of the batch table (comma separated)")
     parser.add_argument("--gemm-sweep-only", action="store_true", help="only the fused GEMM config sweep")
-    parser.add_argument("--rows-sweep-only", action="store_true", help="only the few-row kernel sweep (1..4 rows)")
-    parser.add_argument("--rows-sweep-m", default="1,2,3,4", help="row counts the few-row sweep covers")
     parser.add_argument("--gemm-sweep-m", default="16,32,64,128,256,1024", help="row counts the GEMM sweep covers")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -418,12 +375,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     if args.gemm_sweep_only:
         result["gemm_sweep"] = gemm_sweep(copy_bw, [int(v) for v in args.gemm_sweep_m.split(",")])
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1, default=str)
-        return 0
-    if args.rows_sweep_only:
-        result["rows_sweep"] = rows_sweep(copy_bw, [int(v) for v in args.rows_sweep_m.split(",")], not args.no_peers)
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1, default=str)

@@ -5,7 +5,8 @@ dequantization. The shipped route for many rows writes the dense fp16 weight (`_
 dequant_matmul`) and lets the BLAS read it back; the fused GEMMs never write it. Per Llama shape and row
 count, side by side in one run: torch fp16 on the dense weight (the reference), the dequant route, and
 (`--fused`) the pipelined fused GEMM (its own config for the row count, and `--pipelined` overrides) and
-the plain fused GEMM; `--dtype bf16` makes it all bf16. Times are medians of graph replays over enough weight copies that L2 cannot hold
+the plain fused GEMM; `--routes` adds others by name (`w4a16_matmul`'s route=), `--act-order` takes act-order
+weights, and `--dtype bf16` makes it all bf16. Times are medians of graph replays over enough weight copies that L2 cannot hold
 them (`--eager`: launched from Python), each with its ratio to fp16; the per-layer sum says what a
 512-token TTFT should move. Prints a table and writes JSON (--out).
 Usage: python benchmarks/bench_w4a16_prefill.py --rows 512,1024,2048 --fused \
@@ -52,8 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eager", action="store_true", help="launch from Python instead of replaying a graph")
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16",
                    help="activations (and the dense reference weight); the reference column is named after it")
+    p.add_argument("--routes", default="",
+                   help="more routes of w4a16_matmul to time, comma-separated (e.g. stream, the one-row kernel, which "
+                        "takes up to 16 rows when forced)")
+    p.add_argument("--group", type=int, default=128, help="scale group size (rows)")
+    p.add_argument("--asym", action="store_true", help="asymmetric zeros (act-order weights always have them)")
     p.add_argument("--act-order", action="store_true",
-                   help="act-order weights (g128, asymmetric zeros: x gathered into the layout's row order)")
+                   help="act-order weights (asymmetric zeros: x gathered into the layout's row order)")
     p.add_argument("--out", help="write results as JSON here")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -66,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     for shape in args.shapes.split(","):
         for k, n in LAYERS[shape]:
-            w0, _ = random_gptq(k, n, 128, args.act_order, seed=k + n, asym=args.act_order)
+            w0, _ = random_gptq(k, n, args.group, args.act_order, seed=k + n, asym=args.act_order or args.asym)
             copies = l2_cold_copies(k * n * 2)
             ws = [w0] + [_clone(w0) for _ in range(copies - 1)]
             dense = [kt.dequantize_dense(w, dtype, arch) for w in ws]
@@ -80,12 +86,14 @@ def main(argv: list[str] | None = None) -> int:
                 if args.fused:
                     from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
 
-                    base_cfg = kp.pipelined_config(m, k, n, 1, dtype == torch.float16)
+                    base_cfg = kp.pipelined_config(m, k, n, kt._chunks(kt._group_arg(w0)), dtype == torch.float16)
                     variants.append(("pipelined", lambda w: w4a16_matmul(x, w, route="pipelined")))
                     for label, over in parse_configs(args.pipelined):
                         variants.append((f"pipelined[{label}]", lambda w, c={**base_cfg, **over}:
                                          w4a16_matmul(x, w, route="pipelined", config=c)))
                     variants.append(("gemm", lambda w: w4a16_matmul(x, w, route="gemm")))
+                for route in [v for v in args.routes.split(",") if v]:
+                    variants.append((route, lambda w, route=route: w4a16_matmul(x, w, route=route)))
                 for name, fn in variants:
                     try:
                         err = (fn(w0).float() - ref.float()).abs().max().item() / ref.float().abs().max().item()
@@ -110,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "eager": args.eager, "dtype": args.dtype,
-                       "act_order": args.act_order, "uuid": str(torch.cuda.get_device_properties(0).uuid),
+                       "act_order": args.act_order, "asym": args.act_order or args.asym, "group": args.group, "uuid": str(torch.cuda.get_device_properties(0).uuid),
                        "results": results}, f, indent=1)
     return 0
 

@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep", action="store_true", help="try extra skinny configs in the GEMM sweep")
     p.add_argument("--install", action="store_true", help="use each shape's sweep winner in the decode steps")
     p.add_argument("--w4a16-knob", default="", help="KEY=V1,V2: time GPTQ steps under each value of an integer "
-                   "knob of the one-row, few-row and pipelined W4A16 configs (e.g. num_warps=4,8)")
+                   "knob of the one-row and pipelined W4A16 configs (e.g. num_warps=4,8)")
     p.add_argument("--pdl", default="on", help="comma list of on, off, no:KERNEL[+KERNEL] (on, less those of "
                    "runtime.PDL_KERNELS): programmatic dependent launch (NVIDIA sm_90+) for the graphs of each run")
     p.add_argument("--seed", type=int, default=0)

@@ -46,7 +46,7 @@ python3 -c "import torch, triton; print(torch.__version__, triton.__version__, t
 case "${1:-}" in
   verify)
     step 330 gputests.log python3 -m pytest -q -p no:cacheprovider -m gpu -x \
-      tests/kernels/test_w4a16_pipelined.py tests/kernels/test_w4a16_rows.py tests/kernels/test_w4a16_stream.py \
+      tests/kernels/test_w4a16_pipelined.py tests/kernels/test_w4a16_stream.py \
       tests/kernels/test_w4a16.py tests/kernels/test_norm_rotary.py tests/kernels/test_paged_attention.py \
       tests/kernels/test_decode_fusions.py tests/quantization/test_gpu.py tests/modeling/test_gpu.py
     step 200 fixed-cost.log python3 benchmarks/bench_w4a16_gemv.py --fixed-cost --out "$out/w4a16-fixed-cost.json" ;;
@@ -63,7 +63,7 @@ case "${1:-}" in
     step 250 gemv-sweep.log python3 benchmarks/bench_w4a16_gemv.py --out "$out/w4a16-gemv.json" ;;
   pdl)
     step 240 gputests.log python3 -m pytest -q -p no:cacheprovider -m gpu -x tests/kernels/test_w4a16_stream.py \
-      tests/kernels/test_w4a16_rows.py tests/kernels/test_decode_fusions.py tests/kernels/test_paged_attention.py \
+      tests/kernels/test_decode_fusions.py tests/kernels/test_paged_attention.py \
       tests/kernels/test_norm_rotary.py tests/modeling/test_gpu.py
     step 400 decode-step.log python3 benchmarks/decode_step.py --shapes llama-2-7b,llama-3-8b \
       --quantizations none,gptq-4bit --batch-sizes 1,4,16,64 --variants +skinny_gemm --pdl off,on \

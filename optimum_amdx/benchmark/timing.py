@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 L2_DEFEAT_BYTES = 400 << 20
 """Bytes of distinct data a graph of calls rotates through: several times any current GPU's
@@ -53,10 +53,13 @@ def device_ms(fn: Callable[[], Any], reps: int = 25, warmup: int = 3) -> float:
     return call_seconds(fn, "cuda", reps=reps, warmup=warmup) * 1e3
 
 
-def graph_ms(calls: Sequence[Callable[[], Any]], reps: int = 20, warmup_calls: int = 2) -> float:
+def graph_ms(calls: Sequence[Callable[[], Any]], reps: int = 20, warmup_calls: Optional[int] = None) -> float:
     """Median milliseconds per call when all `calls` are replayed from one captured graph.
 
-    The first `warmup_calls` calls run once on a side stream first (compilation, lazy workspaces).
+    The first `warmup_calls` calls (None: all of them) run once on a side stream first: compilation, lazy
+    workspaces, and per-object state a call makes on its first use (an act-order weight's activation order,
+    `_w4a16_gemm_triton.x_index`), which would otherwise be captured and recomputed on every replay. Warming only
+    the first two calls made every later weight copy's act-order call carry its index build in the graph.
     """
     import torch
 

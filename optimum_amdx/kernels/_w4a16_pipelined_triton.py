@@ -460,11 +460,13 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
       dot products scaled the staged class took 17-28 % off 4096x12288-4096x28672 (RESULTS.md round21; staged had
       been mixed there before, round16).
     - 33 rows and more: 64-row tiles, staged: 64 columns wide, or 128 on outputs of at least `WIDE_TILE_N`
-      columns, from 129 rows on every wide output, and at 65-128 rows and above 384 rows on narrow outputs whose
-      input exceeds `w4a16.LONG_K` (RESULTS.md round17: 0.98-1.89x the speed of round 16's routes and classes on
-      the Llama projections; 41.3-44.9 against 42.5-46.7 us with the 64 x 64 tile on 14336x4096 at 65-128 rows;
-      round18: 122-128 against 159-162 us at 448-512 rows, and 113-118 against 122-131 us the other way at
-      320-384).
+      columns, from 129 rows on every wide output, and above 384 rows on narrow outputs whose input exceeds
+      `w4a16.LONG_K` (RESULTS.md round17: 0.98-1.89x the speed of round 16's routes and classes on the Llama
+      projections; round18: 122-128 against 159-162 us at 448-512 rows, and 113-118 against 122-131 us the other way
+      at 320-384). At 65-128 rows such outputs take the 128-column tile only where the 64 x 64 tile runs unscaled
+      (AMD, several groups per tile, bf16's float32 form: round17, 41.3-44.9 against 42.5-46.7 us on 14336x4096); fp16
+      on NVIDIA with one group per tile keeps the scaled 64 x 64 tile, 3.6-7.0 % faster there since round 22's register
+      cap (round24, `_class_name`).
 
     bf16 with one scale group per tile takes exact bf16 planes of q - z and the scaled dot products
     (`_dequant_tile_q`), on narrow outputs at every row count and on wide ones up to `BF16_PLANES_MAX_WIDE` rows: the
@@ -482,7 +484,7 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
     sm_90 build spills (168 B with Triton 3.6.0, 1024 B with 3.9.0), and the 64 x 64 tile runs instead."""
     amd = family in AMD_CLASSES
     planes = not half and chunks == 1 and (m <= BF16_PLANES_MAX_WIDE or n < WIDE_N)  # bf16 planes of q - z
-    name = _class_name(m, k, n, chunks, half or planes)
+    name = _class_name(m, k, n, chunks, half or planes, can_cap=not amd)
     if amd:
         name = AMD_CLASSES[family].get(name, name)
     if planes and not PIPELINED_CONFIGS[name].get("SCALE_AFTER"):
@@ -491,9 +493,12 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
     return amd_config(cfg, family) if amd else cfg
 
 
-def _class_name(m: int, k: int, n: int, chunks: int, half: bool) -> str:
+def _class_name(m: int, k: int, n: int, chunks: int, half: bool, can_cap: bool = True) -> str:
     """The Hopper class of `pipelined_config` for `m` rows of a `k` x `n` weight (`half`: fp16 activations, else
-    bf16 on its float32 dequantization)."""
+    bf16 on its float32 dequantization; `can_cap`: the target takes register caps, NVIDIA). Narrow outputs of a long
+    input take the 128-column tile above 384 rows, and at 65-128 rows unless the scaled 64 x 64 tile keeps its
+    programs per SM under its register cap (`fit_wave`): fp16 with one scale group per tile on NVIDIA, where it was
+    3.6-7.0 % faster on 14336x4096 and 11008x4096 at 65-128 rows (H100, RESULTS.md round24)."""
     narrow = n < WIDE_N
     if m <= 16:
         name = "rows16" if half else "rows16_regs"
@@ -502,7 +507,8 @@ def _class_name(m: int, k: int, n: int, chunks: int, half: bool) -> str:
     elif not half and m > 128:
         name = "rows256" if chunks == 1 else "rows64"
     elif narrow:
-        name = "rows64_n128" if k > LONG_K and (64 < m <= 128 or m > 384) else "rows64"
+        n128 = k > LONG_K and (m > 384 or (64 < m <= 128 and not (half and can_cap and chunks == 1)))
+        name = "rows64_n128" if n128 else "rows64"
     elif not half and m > 64:
         name = "rows64"
     else:

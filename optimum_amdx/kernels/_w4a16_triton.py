@@ -463,7 +463,7 @@ def _group_consts(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE: tl.constexpr, CHUN
     negated bias pairs ``(zl0, zh0, zl1, zh1)`` and the float32 scales of its four group slots
     ``(s0, s1, s2, s3)``, all ``[BLOCK_N, 1]`` (`_col_sz`). One group per tile fills every slot with
     it; two put group a in slots 0 and 2, group b in 1 and 3; four are in group order (planes 0-1,
-    2-3, 4-5, 6-7). Shared by the one-row loop and the few-row kernel (`_w4a16_rows_ptx`)."""
+    2-3, 4-5, 6-7)."""
     if CHUNKS == 1:
         s0, z0 = _col_sz(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, HAS_ZEROS)
         zl0, zh0 = _bias_pairs(z0, z0)

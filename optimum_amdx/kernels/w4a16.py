@@ -424,8 +424,9 @@ PIPELINED_MIN_WEIGHT = 1 << 24
 """Weights under this many elements (K x N; 4096 x 4096) never take the pipelined GEMM, and weights of
 exactly this many take it only up to ``pipelined_max_small`` rows (``pipelined_max_small_one_group`` with one scale
 group per tile): too few column tiles to hide its per-tile cost at more rows (H100, 4096x4096, RESULTS.md round17:
-1.15-1.30x faster than the fused GEMM at 17-64 rows with the staged classes; at 96-128 rows the act-order g32 layout
-and bf16's float32 form lost to dequant + BLAS; g128 in fp16 and in bf16 planes won up to 256 rows, round23)."""
+1.15-1.30x faster than the fused GEMM at 17-64 rows with the staged classes; g128 in fp16 and in bf16 planes won up
+to 256 rows, round23; g32 1.16x dequant + BLAS at 128 rows and 0.99x at 192, act-order g32 1.06x at 256 and 0.91x at
+320, round24, where round 17's losses of act-order g32 at 96-128 rows proved a benchmark fault)."""
 
 
 LONG_K = 8192
@@ -438,7 +439,6 @@ class RouteLimits(NamedTuple):
     """The dispatcher's row thresholds for one arch family (see `ROUTE_LIMITS`)."""
 
     stream_max: int
-    rows_max: int
     gemm_max_wide: int
     gemm_max_narrow: int
     pipelined_min: int
@@ -448,26 +448,26 @@ class RouteLimits(NamedTuple):
     pipelined_max_small_one_group: int
     pipelined_max_narrow_bf16: int
     pipelined_max_prefill: int
+    pipelined_max_act_order: int
 
 
 ROUTE_LIMITS: dict[str, RouteLimits] = {
-    "hopper": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 256, 128, 512),
-    "cdna": RouteLimits(1, 1, 128, 64, 2, 128, 128, 32, 32, 0, 256),
-    "rdna3": RouteLimits(1, 1, 128, 64, 2, 16, 16, 16, 16, 0, 0),
-    "default": RouteLimits(1, 3, 128, 64, 2, 256, 256, 64, 256, 128, 512),
-    "cpu": RouteLimits(16, 1, 1 << 62, 1 << 62, 0, 0, 0, 0, 0, 0, 0),
+    "hopper": RouteLimits(1, 128, 64, 2, 256, 256, 128, 256, 128, 512, 256),
+    "cdna": RouteLimits(1, 128, 64, 2, 128, 128, 32, 128, 0, 256, 32),
+    "rdna3": RouteLimits(1, 128, 64, 2, 16, 16, 16, 16, 0, 0, 16),
+    "default": RouteLimits(1, 128, 64, 2, 256, 256, 128, 256, 128, 512, 256),
+    "cpu": RouteLimits(16, 1 << 62, 1 << 62, 0, 0, 0, 0, 0, 0, 0, 0),
 }
 """The dispatcher's thresholds, all of them, per arch family (`RouteLimits`). Up to ``stream_max`` rows
-the persistent stream-K kernel runs (the one-row FMA loop); up to ``rows_max`` rows the few-row kernel
-(`_w4a16_rows_ptx`: NVIDIA, fp16, at most four groups per 128 rows; each weight dequantized once and
-reused by every row) where it applies and `dispatch_route` asks for it (act-order weights); from
+the persistent stream-K kernel runs (the one-row FMA loop); from
 ``pipelined_min`` to ``pipelined_max_wide`` rows for an output at least `WIDE_N` wide
 (``pipelined_max_narrow`` otherwise, ``pipelined_max_narrow_bf16`` for bf16 activations on a weight of several
 scale groups per 128-row tile, bf16's float32 form; ``pipelined_max_small`` for a weight of exactly
 `PIPELINED_MIN_WEIGHT` elements, ``pipelined_max_small_one_group`` where it has one scale group per tile) the
 pipelined fused GEMM (`_w4a16_pipelined_triton`: a weight of at least `PIPELINED_MIN_WEIGHT` elements; on AMD fp16,
-and bf16 with one scale group per tile); a weight with one scale group per 128-row tile (group 128 or coarser) keeps it to ``pipelined_max_prefill``
-rows in fp16 when its output is wide or its input longer than `LONG_K`; up to
+and bf16 with one scale group per tile); a weight with one scale group per 128-row tile (group 128 or coarser) keeps it
+to ``pipelined_max_prefill`` rows in fp16 when its output is wide or its input longer than `LONG_K`, unless it is an
+act-order weight, which takes it to ``pipelined_max_act_order`` rows at most; up to
 ``gemm_max_wide`` / ``gemm_max_narrow`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in
 registers, fed to ``tl.dot``, split-K when its tiles do not fill the GPU); above, dequantize once into
 a dense weight and call the BLAS matmul, which amortizes the dense write over many rows.
@@ -475,12 +475,12 @@ a dense weight and call the BLAS matmul, which amortizes the dense write over ma
 From the H100 runs (benchmarks/RESULTS.md): the fused GEMM / stream / dequant+BLAS crossover (section
 w4gemm; us): 2 rows 34/44/109 on 4096x14336 and 16/18/29 on 4096x4096 (so the stream kernel keeps one
 row only); 128 rows 62/-/107 on 4096x14336 but 136/-/113 on 14336x4096; 64 rows 63/-/110 on 14336x4096
-and 28/-/27 on 4096x4096. The few-row limit: section w4rows. The pipelined GEMM (section w4pipe) beats
+and 28/-/27 on 4096x4096. The pipelined GEMM (section w4pipe) beats
 the fused GEMM and dequant + BLAS up to 256 rows on wide outputs (1.2-1.6x at 192-256 rows on
 4096x28672 / 4096x12288); with the staged 64-row classes of fp16 (round17) also to 256 on narrow ones
 (1.20-1.64x dequant + BLAS at 160-256 rows on 4096x6144, 14336x4096 and 11008x4096; bf16's float32 form, in
-registers, lost up to 0.76x there and stays at 128), and on 4096x4096 to 64 (1.15-1.30x the fused GEMM at 17-64
-rows; at 96-128 the act-order g32 layout and bf16's float32 form lost to dequant + BLAS, 0.79-0.90x). Round 23
+registers, lost up to 0.76x there and stays at 128), and on 4096x4096 to 128 in g32 (1.15-1.30x the fused GEMM at
+17-64 rows, round17; 1.16x dequant + BLAS at 128 rows, 0.99x at 192, round24). Round 23
 (bf16 planes of q - z, one scale group per tile, g128): bf16 is 1.10-1.65x dequant + BLAS at 96-256 rows on
 4096x6144 and 4096x4096 and 1.16-2.47x on the other Llama projections, fp16 on 4096x4096 1.11-1.24x, so such layouts
 take narrow outputs to 256 rows in bf16 and 4096x4096 to 256 in both (``pipelined_max_small_one_group``); with the fp16
@@ -488,37 +488,41 @@ dequantization and two K tiles per step (section w4half) it also beats the fused
 (1.4-1.7x at 4-8 rows). Prefill chunks of 257-512 rows (round18): 1.02-1.35x dequant + BLAS on wide and
 long-input outputs in g128 at 320 rows, 1.03-1.09x at 512 (4096x6144 lost from 384 rows and act-order g32 at
 320-512, 0.80-0.92x: they stay on dequant + BLAS); bf16 on narrow long-input outputs at 160-256 rows with the
-256 x 128 tile 1.23-1.34x. Since round 17 it takes 2-3 rows too, where its staged 16-row class beats the
-few-row kernel by 1.02-1.31x at 2 rows and 1.31-1.62x at 3 on every measured layout without act-order; with
-act-order the few-row kernel keeps them (the pipelined GEMM 0.47-0.73x). The AMD families use the measured
-NVIDIA values for the portable kernels until measured there, and have no few-row kernel. Since round 18 they run
+256 x 128 tile 1.23-1.34x. Since round 17 it takes 2-3 rows too, where its staged 16-row class beat the
+few-row kernel (since removed) by 1.02-1.31x at 2 rows and 1.31-1.62x at 3 without act-order, and since round 24 with
+it (1.08-1.56x, g32 and g128: round 17's 0.47-0.73x timed each weight copy's activation-order build inside the
+replayed graph, a benchmark fault). Act-order weights (x gathered in a launch of its own) keep it to
+``pipelined_max_act_order`` rows: on the H100 g128 won to 320-384 rows on wide outputs but lost from 256 on
+14336x4096 (0.93x) and at 320-512 on narrow outputs (0.92-0.98x), g32 won to 256 (round24). The AMD families use the
+measured NVIDIA values for the portable kernels until measured there. Since round 18 they run
 the pipelined GEMM in its portable form (plain word loads, the fp16 dequantization in Triton's own operations,
 2 stages; fp16 activations only): on an H100 that form of CDNA's classes (up to 64-row tiles) ran 1.06-1.99x as
 fast as AMD's previous route (the fused GEMM, or dequant + BLAS) at 2-128 rows on the Llama projections (act-order
 g32 at 128 rows 0.95x), and 1.00-1.18x as fast as dequant + BLAS at 256 rows in g128 (act-order g32 0.75-0.87x);
 on 4096x4096 it was 0.99-1.06x at 32-64 rows. gfx1100 keeps the 16-row tile (the only one without scratch there in every
 layout), which won 1.29-1.99x up to 16 rows. Hence CDNA to 128 rows (one group per tile, wide or long-input:
-256), 4096x4096 to 32, gfx1100 to 16 (RESULTS.md round18). The interpreter ("cpu") never takes the dequant route
+256), 4096x4096 to 32, gfx1100 to 16 (RESULTS.md round18). Round 24, the CDNA form re-timed on an H100 with every
+weight copy warmed: 4096x4096 g128 1.10-1.15x at 32-128 rows in fp16 and 1.11-1.15x in bf16 (0.81x at 256), so one
+group per tile takes it to 128 there; act-order 1.27x at 32 rows, 1.00-1.13x at 64 in fp16 and 0.92x in bf16, 0.84x at
+256, so act-order stops at 32. The interpreter ("cpu") never takes the dequant route
 on its own (that would test the BLAS, not our kernels)."""
 STREAM_MAX_M: dict[str, int] = {fam: lim.stream_max for fam, lim in ROUTE_LIMITS.items()}
 """Rows the stream kernel serves per family (derived from `ROUTE_LIMITS`)."""
 _FAMILY_ALIAS = {"cdna2": "cdna", "cdna3": "cdna", "cdna4": "cdna"}
 
 
-def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = False, pipelined: bool = False,
+def choose_route(m: int, family: str, n: Optional[int] = None, pipelined: bool = False,
                  weight_elems: Optional[int] = None, bf16: bool = False, k: Optional[int] = None,
-                 one_group: bool = False) -> str:
-    """"stream" (persistent GEMV-like kernel), "rows" (few-row kernel, only where `few_rows` says it
-    applies), "pipelined" (pipelined fused GEMM, only where `pipelined` says it applies, for a weight of
-    at least `PIPELINED_MIN_WEIGHT` elements; unknown counts as more), "gemm" (fused tiled GEMM) or
-    "dequant" (dense weight + BLAS) for `m` rows and an output `n` wide on an arch family (the one place
+                 one_group: bool = False, act_order: bool = False) -> str:
+    """"stream" (persistent GEMV-like kernel), "pipelined" (pipelined fused GEMM, only where `pipelined` says it
+    applies, for a weight of at least `PIPELINED_MIN_WEIGHT` elements; unknown counts as more), "gemm" (fused tiled
+    GEMM) or "dequant" (dense weight + BLAS) for `m` rows and an output `n` wide on an arch family (the one place
     the thresholds are read; an unknown width counts as wide); `bf16`: bf16 activations; `k`: the input
-    width (unknown: not long); `one_group`: the weight has one scale group per 128-row tile."""
+    width (unknown: not long); `one_group`: the weight has one scale group per 128-row tile; `act_order`: its rows
+    are permuted (x gathered into their order first)."""
     lim = ROUTE_LIMITS.get(_FAMILY_ALIAS.get(family, family), ROUTE_LIMITS["default"])
     if m <= lim.stream_max:
         return "stream"
-    if few_rows and m <= lim.rows_max:
-        return "rows"
     narrow = n is not None and n < WIDE_N
     long_k = k is not None and k > LONG_K
     if not narrow:
@@ -530,6 +534,8 @@ def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = 
     if weight_elems is not None and weight_elems <= PIPELINED_MIN_WEIGHT:
         small = lim.pipelined_max_small_one_group if one_group else lim.pipelined_max_small
         top = min(top, small) if weight_elems == PIPELINED_MIN_WEIGHT else 0
+    if act_order:
+        top = min(top, lim.pipelined_max_act_order)
     if pipelined and lim.pipelined_min <= m <= top:
         return "pipelined"
     return "gemm" if m <= (lim.gemm_max_narrow if narrow else lim.gemm_max_wide) else "dequant"
@@ -538,22 +544,17 @@ def choose_route(m: int, family: str, n: Optional[int] = None, few_rows: bool = 
 def dispatch_route(m: int, w: W4A16Weight, dtype: "torch.dtype", arch: str) -> str:
     """The route `w4a16_matmul` takes for `m` rows of `dtype` activations times `w` on `arch` (a
     `runtime.device_arch` string; "cpu" for the interpreter): `choose_route` with the weight's shape
-    and which kernels can serve it (the few-row kernel is NVIDIA-only, and AMD sends bf16 past the pipelined one
-    unless the weight has one scale group per tile: `_w4a16_pipelined_triton.pipelined_eligible`)."""
+    and which kernels can serve it (AMD sends bf16 past the pipelined one unless the weight has one scale group per
+    tile: `_w4a16_pipelined_triton.pipelined_eligible`)."""
     import torch
 
     from . import _w4a16_pipelined_triton as kp
-    from . import _w4a16_rows_ptx as kr
     from ._w4a16_triton import _chunks, _group_arg
     from .runtime import arch_family
 
-    # the few-row kernel keeps 2-3 rows of act-order weights only: without act-order the pipelined GEMM's 16-row
-    # class is 1.02-1.31x faster at 2 rows and 1.31-1.62x at 3 (g32 / g64 / g128), with it 0.47-0.73x
-    # (H100, RESULTS.md round17)
-    few_rows = w.perm is not None and kr.rows_eligible(arch, dtype, w)
-    return choose_route(m, arch_family(arch), w.out_features, few_rows=few_rows,
-                        pipelined=kp.pipelined_eligible(arch, w, dtype), weight_elems=w.in_features * w.out_features,
-                        bf16=dtype == torch.bfloat16, k=w.in_features, one_group=_chunks(_group_arg(w)) == 1)
+    return choose_route(m, arch_family(arch), w.out_features, pipelined=kp.pipelined_eligible(arch, w, dtype),
+                        weight_elems=w.in_features * w.out_features, bf16=dtype == torch.bfloat16, k=w.in_features,
+                        one_group=_chunks(_group_arg(w)) == 1, act_order=w.perm is not None)
 
 
 ACCUMULATING_ROUTES = ("stream", "pipelined")
@@ -568,9 +569,8 @@ it saves (H100 decode step, GPTQ batch 64: Llama-3-8B 6.417 -> 6.452 ms, Llama-2
 def accumulating_route(x: "torch.Tensor", w: W4A16Weight) -> Optional[str]:
     """The route of `ACCUMULATING_ROUTES` that `w4a16_accumulate` would take for `x` (``[M, K]``, fp16/bf16, at
     most `ACCUMULATE_MAX_ROWS` rows) times `w`, or None: the Triton kernels run here and the dispatcher
-    sends M rows to an accumulating route (1-16 rows, but on NVIDIA not 2-3 rows of act-order weights, which take
-    the few-row kernel, and on AMD not 2-16 rows of bf16 on a weight of several scale groups per tile, which take
-    the fused GEMM)."""
+    sends M rows to an accumulating route (1-16 rows, but on AMD not 2-16 rows of bf16 on a weight of several scale
+    groups per tile, which take the fused GEMM)."""
     import torch
 
     from .runtime import kernel_arch
@@ -719,17 +719,12 @@ def w4a16_matmul(x: "torch.Tensor", w: W4A16Weight, bias: Optional["torch.Tensor
         for m0 in range(0, m, kt.WS_ROWS):  # more rows than the workspace holds: only when forced
             rows = slice(m0, min(m, m0 + kt.WS_ROWS))
             kt.stream_matmul(x2[rows], w, bias, out[rows], arch, config)
-    elif route == "rows":
-        from . import _w4a16_rows_ptx as kr
-
-        out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-        kr.rows_matmul(x2, w, bias, out, arch, config)
     elif route == "pipelined":
         from . import _w4a16_pipelined_triton as kp
 
         out = kp.pipelined_matmul(x2, w, bias, arch, config)
     else:
         raise InvalidArgumentError(
-            f"route={route!r} is unknown; expected 'stream', 'rows', 'gemm', 'pipelined' or 'dequant'."
+            f"route={route!r} is unknown; expected 'stream', 'gemm', 'pipelined' or 'dequant'."
         )
     return out.reshape(*x.shape[:-1], n)

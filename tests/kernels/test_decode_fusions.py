@@ -386,7 +386,7 @@ def test_gptq_decoder_accumulating_projections_generates_the_same_tokens(monkeyp
             assert sorted(set(calls)) == sorted({qkv, hidden, 2 * inter}), calls  # q/k/v, o_proj / down, gate/up
             assert all(float(b.abs().sum()) == 0.0 for b in w4a16._ACCUMULATORS.values())
     # Eager steps: 3 one-row decode steps, and the 6-row prompt step where an accumulating route takes 6 rows
-    # (the interpreter's stream kernel; on NVIDIA the few-row kernel does not accumulate); 4 projections a
+    # (the interpreter's stream kernel; on a GPU only if the dispatcher picks an accumulating route); 4 projections a
     # layer. With graphs the calls are those of the captures instead (one-row decode graphs, and the last layer
     # of the one-slot prompt graphs), checked by the set above.
     o_proj = model.model.layers[0].self_attn.o_proj.kernel_weight()

@@ -86,7 +86,7 @@ for kernel, spec in seen.items():
 def test_every_pdl_kernel_waits_for_its_producer_only_when_asked():
     # each kernel that takes part (one AMD spec per kernel, built for sm_90 in a fresh process): with PDL the
     # launch-dependents and wait instructions are in its PTX, without it (AMD, the interpreter) they are not
-    from .test_w4a16_rows import sm90_build_stdout
+    from .sm90_build import sm90_build_stdout
 
     rows = [line.split() for line in sm90_build_stdout(_PDL_BUILD, timeout=600).splitlines() if line.strip()]
     assert {r[0] for r in rows} == {"_rms_norm_kernel", "_silu_mul_kernel", "_rope_cache_kernel",

@@ -334,17 +334,26 @@ def test_gemv_m1_error_is_the_fp16_rounding_of_the_output(sym):
     assert (out.double() - exact).abs().max().item() <= 1.5 * rounding + 1e-6 * exact.abs().max().item()
 
 
-def test_two_and_three_rows_go_by_act_order():
-    """On NVIDIA the few-row kernel keeps 2-3 rows of act-order fp16 weights; every other weight takes the
-    pipelined GEMM from 2 rows (H100, RESULTS.md round17). Decided on the CPU: the route needs no GPU."""
-    from optimum_amdx.kernels.w4a16 import dispatch_route
+def test_two_and_three_rows_take_the_pipelined_gemm_with_or_without_act_order():
+    """From 2 rows every layout takes the pipelined GEMM on NVIDIA, act-order too (H100, RESULTS.md round24: 1.08-1.56x
+    the few-row kernel that kept act-order weights before), in both dtypes; an act-order weight stops at
+    ``pipelined_max_act_order`` rows. Decided on the CPU: the route needs no GPU."""
+    from optimum_amdx.kernels.w4a16 import ROUTE_LIMITS, dispatch_route
 
-    for act_order, few in ((False, "pipelined"), (True, "rows")):
+    top = ROUTE_LIMITS["hopper"].pipelined_max_act_order
+    for act_order in (False, True):
         qweight, qzeros, scales, g_idx, _ = quantize(4096, 4096, 4, 128, True, act_order, "gptq", seed=5)
         w = prepare_gptq_weight(qweight, qzeros, scales, g_idx, bits=4, group_size=128)
-        assert [dispatch_route(m, w, torch.float16, "sm_90") for m in (1, 2, 3, 4)] == ["stream", few, few, "pipelined"]
-        assert dispatch_route(2, w, torch.bfloat16, "sm_90") == "pipelined"  # the few-row kernel is fp16 only
-        assert dispatch_route(2, w, torch.float16, "gfx942") != "rows"  # NVIDIA only
+        for dtype in (torch.float16, torch.bfloat16):
+            assert [dispatch_route(m, w, dtype, "sm_90") for m in (1, 2, 3, 4)] == ["stream"] + ["pipelined"] * 3
+        assert dispatch_route(top, w, torch.float16, "sm_90") == "pipelined"
+    qweight, qzeros, scales, g_idx, _ = quantize(4096, 14336, 4, 128, False, True, "gptq", seed=5)
+    w = prepare_gptq_weight(qweight, qzeros, scales, g_idx, bits=4, group_size=128)
+    assert dispatch_route(top + 1, w, torch.float16, "sm_90") == "dequant"  # no prefill rows for act-order
+    w_plain = prepare_gptq_weight(qweight, qzeros, scales, None, bits=4, group_size=128)
+    assert dispatch_route(top + 1, w_plain, torch.float16, "sm_90") == "pipelined"
+    assert dispatch_route(33, w, torch.float16, "gfx942") == "gemm"  # CDNA: act-order to 32 rows
+    assert dispatch_route(32, w, torch.float16, "gfx942") == "pipelined"
 
 
 def test_dispatch_and_grid_choices():
@@ -357,15 +366,10 @@ def test_dispatch_and_grid_choices():
     assert kg.SMALL_WEIGHT == SMALL_WEIGHT
     for fam in ("hopper", "cdna3", "rdna3", "default", "nvidia"):
         lim = ROUTE_LIMITS.get({"cdna3": "cdna"}.get(fam, fam), ROUTE_LIMITS["default"])
-        stream_max, rows_max, gemm_max, gemm_narrow = lim[:4]
-        assert stream_max < gemm_narrow <= gemm_max and rows_max < gemm_narrow
+        stream_max, gemm_max, gemm_narrow = lim[:3]
+        assert stream_max < gemm_narrow <= gemm_max
         assert choose_route(1, fam) == "stream" and choose_route(stream_max, fam) == "stream"
         assert choose_route(stream_max + 1, fam) == "gemm" and choose_route(gemm_max, fam) == "gemm"
-        # the few-row kernel only where it applies, and only up to its limit
-        assert choose_route(rows_max + 1, fam, few_rows=True) == "gemm"
-        if rows_max > stream_max:
-            assert choose_route(stream_max + 1, fam, few_rows=True) == "rows"
-            assert choose_route(rows_max, fam, few_rows=True) == "rows"
         assert choose_route(gemm_max + 1, fam) == "dequant"
         assert choose_route(gemm_narrow, fam, WIDE_N - 1) == "gemm"
         assert choose_route(gemm_narrow + 1, fam, 4096) == "dequant"
@@ -410,6 +414,13 @@ def test_dispatch_and_grid_choices():
             if bf16_narrow:
                 assert choose_route(bf16_narrow + 1, fam, 4096, pipelined=True, weight_elems=big, k=LONG_K + 1,
                                     bf16=True) != "pipelined"
+            # act-order weights (x gathered first) stop at pipelined_max_act_order rows, prefill rows included
+            ao = lim.pipelined_max_act_order
+            assert lo <= ao <= wide
+            for n, k in ((WIDE_N, 4096), (4096, LONG_K + 1)):
+                one = {"pipelined": True, "weight_elems": big, "k": k, "one_group": True, "act_order": True}
+                assert choose_route(ao, fam, n, **one) == "pipelined"
+                assert choose_route(ao + 1, fam, n, **one) != "pipelined"
             # a weight of exactly the minimum only up to pipelined_max_small rows (pipelined_max_small_one_group with
             # one group per tile), a smaller one never
             exact = {"pipelined": True, "weight_elems": PIPELINED_MIN_WEIGHT}

@@ -12,7 +12,7 @@ from optimum_amdx.kernels._w4a16_pipelined_triton import PIPELINED_CONFIGS
 from optimum_amdx.kernels.w4a16 import prepare_gptq_weight, w4a16_matmul
 
 from .test_w4a16 import DEVICE, quantize
-from .test_w4a16_rows import sm90_build_stdout
+from .sm90_build import sm90_build_stdout
 from .test_w4a16_stream import PACKED_CASES
 
 
@@ -184,16 +184,22 @@ def test_pipelined_configs_and_k_splits():
     assert (pipelined_config(24, 4096, n_narrow, chunks=4, half=False)["waves"]
             > pipelined_config(24, 4096, n_wide, chunks=4, half=False)["waves"])
     # 33 rows and more: 64-row tiles, 64 columns wide and split along K (4 programs per SM) ...
-    for m, k, n in ((33, 4096, n_narrow), (64, LONG_K + 1, n_narrow), (256, LONG_K + 1, n_narrow), (100, 4096, 12288)):
+    for m, k, n in ((33, 4096, n_narrow), (64, LONG_K + 1, n_narrow), (65, LONG_K + 1, n_narrow),
+                    (128, LONG_K + 1, n_narrow), (256, LONG_K + 1, n_narrow), (100, 4096, 12288)):
         cfg = pipelined_config(m, k, n)
         assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["waves"]) == (64, 64, 4), (m, k, n)
-    # ... or 128 wide: narrow outputs of a long input at 65-128 rows and above 384 (prefill chunks), outputs of
-    # WIDE_TILE_N columns from 33 rows, every wide output from 129 rows
+    # ... or 128 wide: narrow outputs of a long input above 384 rows (prefill chunks), and at 65-128 where the 64 x 64
+    # tile would run unscaled (no register cap on AMD; bf16's float32 form); outputs of WIDE_TILE_N columns from 33
+    # rows, every wide output from 129 rows
     assert pipelined_config(384, LONG_K + 1, n_narrow)["BLOCK_N"] == 64
-    for m, k, n in ((65, LONG_K + 1, n_narrow), (128, LONG_K + 1, n_narrow), (385, LONG_K + 1, n_narrow),
-                    (512, LONG_K + 1, n_narrow), (33, 4096, WIDE_TILE_N), (129, 4096, 12288), (512, 4096, 12288)):
+    for m, k, n in ((385, LONG_K + 1, n_narrow), (512, LONG_K + 1, n_narrow), (33, 4096, WIDE_TILE_N),
+                    (129, 4096, 12288), (512, 4096, 12288)):
         cfg = pipelined_config(m, k, n)
         assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"]) == (64, 128, 8), (m, k, n)
+    for m in (65, 128):
+        assert pipelined_config(m, LONG_K + 1, n_narrow, family="cdna")["BLOCK_N"] == 128
+        assert pipelined_config(m, LONG_K + 1, n_narrow, chunks=4, half=False)["BLOCK_N"] == 128
+        assert pipelined_config(m, LONG_K + 1, n_narrow, chunks=4)["BLOCK_N"] == 128  # g32: unscaled
     assert pipelined_config(128, 4096, WIDE_TILE_N - 1)["BLOCK_N"] == 64
     # up to 16 rows of fp16: words staged through shared memory, one K tile per step, the nearest split count,
     # each tile's dot product scaled; bf16 in its float32 form (more than one group per tile) keeps the register loads
@@ -209,7 +215,7 @@ def test_pipelined_configs_and_k_splits():
                     (48, LONG_K + 1, n_narrow), (64, 4096, n_wide), (256, LONG_K + 1, n_narrow), (200, 4096, 4096)):
         assert pipelined_config(m, k, n, half=False) == pipelined_config(m, k, n), (m, k, n)
         assert pipelined_config(m, k, n, half=False)["SCALE_AFTER"]
-    for m, k, n in ((48, 4096, WIDE_TILE_N), (100, LONG_K + 1, n_narrow), (BF16_PLANES_MAX_WIDE, 4096, n_wide)):
+    for m, k, n in ((48, 4096, WIDE_TILE_N), (BF16_PLANES_MAX_WIDE, 4096, n_wide)):
         assert pipelined_config(m, k, n)["BLOCK_N"] == 128 and pipelined_config(m, k, n, half=False) == rows64_cfg
     assert pipelined_config(BF16_PLANES_MAX_WIDE + 1, 4096, n_wide, half=False)["BLOCK_M"] == 256  # float32 form
     assert split_k(448, 1, 32, staged, 132) == (2, 16)  # 4096 x 28672: 896 programs, the nearest to 6 per SM
@@ -477,8 +483,8 @@ def test_dispatcher_takes_the_pipelined_gemm_between_its_limits():
 
     lim = ROUTE_LIMITS.get(arch_family(device_arch()), ROUTE_LIMITS["default"])
     assert lim.pipelined_max_wide >= lim.pipelined_min, "no row count takes the pipelined GEMM on this GPU"
-    # without act-order: act-order weights keep the few-row kernel at 2-3 rows (`dispatch_route`); a wide g128
-    # weight keeps the pipelined GEMM to the prefill limit
+    # without act-order (act-order weights stop at pipelined_max_act_order, `choose_route`): a wide g128 weight keeps
+    # the pipelined GEMM to the prefill limit
     qweight, qzeros, scales, g_idx, expected = quantize(4096, 8192, 4, 128, False, False, "gptq", seed=3)
     w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=128)
     top = max(lim.pipelined_max_wide, lim.pipelined_max_prefill)

@@ -198,7 +198,7 @@ for x_type, chunks in (("*fp16", 1), ("*bf16", 1), ("*bf16", 4)):
 def test_bf16_packed_one_row_assembles_for_sm90():
     """The packed loop with bf16 pairs scaled per tile (`_xpairs_bf16`) assembles for sm_90 with Triton's bundled
     ptxas, with as many LOP3s as the fp16 loop (the same PTX per word) and x converted to fp16 in the loop."""
-    from .test_w4a16_rows import sm90_build_stdout
+    from .sm90_build import sm90_build_stdout
 
     rows = [line.split() for line in sm90_build_stdout(_BF16_BUILD, timeout=600).splitlines() if line.strip()]
     got = {(r[0], int(r[1])): (int(r[2]), int(r[3])) for r in rows}
