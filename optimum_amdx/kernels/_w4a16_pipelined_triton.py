@@ -186,14 +186,13 @@ def _pair_q(h, za, zb, BF16: tl.constexpr):
 
 
 @triton.jit
-def _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
-                    HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX: tl.constexpr = True,
-                    BF16: tl.constexpr = False):
-    """(``(q - z)^T`` [BLOCK_N, 128] fp16, or bf16 with BF16, exact; the tile's float32 scales [BLOCK_N]) of K tile
-    k0 of a layout with one scale group per tile (``SCALE_AFTER``): the caller scales the tile's dot product
-    instead of every weight, which drops the two multiplies of each `_planes` (1.25 instead of 1.75 instructions
-    per weight in fp16; bf16 1.5, against about 3 for its float32 dequantization)."""
-    s, z = _scale_zero(s_ptr, z_ptr, _group_of(k0, K, GROUP_SIZE, EVEN_K), offs_n, N, EVEN_N, HAS_ZEROS)
+def _dequant_tile_q(packed, z, BLOCK_N: tl.constexpr, PTX: tl.constexpr = True, BF16: tl.constexpr = False):
+    """``(q - z)^T`` [BLOCK_N, 128] fp16, or bf16 with BF16, exact, of a K tile's words `packed` for a layout with one
+    scale group per tile (``SCALE_AFTER``), given the tile's zero points `z` ([BLOCK_N, 1] float32, `_scale_zero`):
+    the caller scales the tile's dot product instead of every weight, which drops the two multiplies of each
+    `_planes` (1.25 instead of 1.75 instructions per weight in fp16; bf16 1.5, against about 3 for its float32
+    dequantization). The caller loads the zeros (and scales) at the top of the step, before the tile's words and
+    activations: the zeros feed this dequantization, ahead of the dot."""
     shape: tl.constexpr = [BLOCK_N, 16]
     if BF16:  # -(128 + z) for both planes: bf16 for the PTX, float32 for the portable add
         if PTX:
@@ -215,7 +214,7 @@ def _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
         w2, w3 = _pair_q(lo8, za, zb, BF16)
         w4, w5 = _pair_q(hi, za, zb, BF16)
         w6, w7 = _pair_q(hi8, za, zb, BF16)
-    return _tile_of_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N), tl.reshape(s, [BLOCK_N])
+    return _tile_of_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N)
 
 
 @triton.jit
@@ -325,7 +324,7 @@ def _w4a16_pipelined_kernel(
     GROUP_M: tl.constexpr, SPLIT: tl.constexpr, HAS_ZEROS: tl.constexpr, HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, HALF_DEQ: tl.constexpr = False,
     ACCUM: tl.constexpr = False, PTX_DEQ: tl.constexpr = True,
-    SCALE_AFTER: tl.constexpr = False, BF16: tl.constexpr = False,
+    SCALE_AFTER: tl.constexpr = False, BF16: tl.constexpr = False, SCALES_FIRST: tl.constexpr = True,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -355,11 +354,20 @@ def _w4a16_pipelined_kernel(
     if SCALE_AFTER:  # one group per tile, fp16 or bf16 planes: the dot of q - z, then the tile's scales on its sums
         for kt in range(kt0, kt1):
             k0 = kt * 128
+            g = _group_of(k0, K, GROUP_SIZE, EVEN_K)
+            # SCALES_FIRST: the tile's zeros and scales are loaded before its words and activations, so their latency
+            # overlaps the wait for the staged operands (the zeros feed the dequantization, ahead of the dot); else
+            # the zeros first and the scales after the dot's operands (`pipelined_matmul` picks)
+            if SCALES_FIRST:
+                s, z = _scale_zero(s_ptr, z_ptr, g, offs_n, N, EVEN_N, HAS_ZEROS)
+            else:
+                _, z = _scale_zero(s_ptr, z_ptr, g, offs_n, N, EVEN_N, HAS_ZEROS)
             packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
             x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
-            wq, s_n = _dequant_tile_q(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, HAS_ZEROS, EVEN_K,
-                                      EVEN_N, PTX_DEQ, BF16)
-            acc += tl.dot(wq, x_t) * s_n[:, None]
+            wq = _dequant_tile_q(packed, z, BLOCK_N, PTX_DEQ, BF16)
+            if not SCALES_FIRST:
+                s, _ = _scale_zero(s_ptr, z_ptr, g, offs_n, N, EVEN_N, HAS_ZEROS)
+            acc += tl.dot(wq, x_t) * tl.reshape(s, [BLOCK_N])[:, None]
     else:
         for kt in range(kt0, kt1):
             k0 = kt * 128
@@ -465,7 +473,7 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
       projections; round18: 122-128 against 159-162 us at 448-512 rows, and 113-118 against 122-131 us the other way
       at 320-384). At 65-128 rows such outputs take the 128-column tile only where the 64 x 64 tile runs unscaled
       (AMD, several groups per tile, bf16's float32 form: round17, 41.3-44.9 against 42.5-46.7 us on 14336x4096); fp16
-      on NVIDIA with one group per tile keeps the scaled 64 x 64 tile, 3.6-7.0 % faster there since round 22's register
+      on NVIDIA with one group per tile keeps the scaled 64 x 64 tile, 2.9-7.0 % less time there since round 22's register
       cap (round24, `_class_name`).
 
     bf16 with one scale group per tile takes exact bf16 planes of q - z and the scaled dot products
@@ -498,7 +506,7 @@ def _class_name(m: int, k: int, n: int, chunks: int, half: bool, can_cap: bool =
     bf16 on its float32 dequantization; `can_cap`: the target takes register caps, NVIDIA). Narrow outputs of a long
     input take the 128-column tile above 384 rows, and at 65-128 rows unless the scaled 64 x 64 tile keeps its
     programs per SM under its register cap (`fit_wave`): fp16 with one scale group per tile on NVIDIA, where it was
-    3.6-7.0 % faster on 14336x4096 and 11008x4096 at 65-128 rows (H100, RESULTS.md round24)."""
+    2.9-7.0 % less time on 14336x4096 and 11008x4096 at 65-128 rows (H100, RESULTS.md round24)."""
     narrow = n < WIDE_N
     if m <= 16:
         name = "rows16" if half else "rows16_regs"
@@ -606,6 +614,10 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles; an
     # accumulator is its own workspace and needs no tickets
     ws, cnt = _workspace(x2.device, n, m) if splits > 1 and not accumulate else (out, out)
+    # the scaled form loads a tile's scales and zeros before its words (SCALES_FIRST) with zeros, or below 64-row tiles:
+    # asymmetric g128 at 256 rows 1.18-1.19x on 14336x4096 and 4096x4096, 1-9 % at 2-16 rows symmetric; the symmetric
+    # 64-row tile lost 9-12 % with it at 256 rows (H100, RESULTS.md round24)
+    scales_first = bool(cfg.get("SCALES_FIRST", w.zeros is not None or block_m < 64))
     _w4a16_pipelined_kernel[(tiles, splits)](
         x_src, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
         bias if bias is not None else w.scales, out, ws, cnt,
@@ -615,7 +627,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=nvidia and bool(cfg.get("PTX_LOADS", True)),
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and half, ACCUM=accumulate,
         PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)),
-        SCALE_AFTER=scaled, BF16=x2.dtype == torch.bfloat16, **launch_options(cfg, arch),
+        SCALE_AFTER=scaled, BF16=x2.dtype == torch.bfloat16, SCALES_FIRST=scales_first,
+        **launch_options(cfg, arch),
     )
     return out
 

@@ -300,7 +300,7 @@ _SCALE_AFTER = {"BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "
 
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
 @pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT,
-                                 _SCALE_AFTER])
+                                 _SCALE_AFTER, {**_SCALE_AFTER, "SCALES_FIRST": False}])
 def test_pipelined_kernel_matches_exact_interpreted(k, n, group, sym, act_order, fmt, cfg):
     """Under the interpreter the words come from plain loads (it runs no asm); everything else of the
     kernel (group lookups, zeros, act-order gather, ragged K/N, split-K tickets, bias) is checked."""
@@ -343,8 +343,9 @@ def test_pipelined_kernel_matches_exact(k, n, group, sym, act_order, fmt, m, cfg
     _check_exact(k, n, group, sym, act_order, fmt, m, cfg, dtype)
 
 
-_CLASS_LAYOUTS = [(128, True, False), (32, False, True)]
-"""g128 symmetric and g32 asymmetric act-order: one and four scale groups per tile, with and without the x gather."""
+_CLASS_LAYOUTS = [(128, True, False), (32, False, True), (128, False, True)]
+"""g128 symmetric, g32 and g128 asymmetric act-order: one and four scale groups per tile, with and without zeros (the
+scaled form loads them first, ``SCALES_FIRST``) and the x gather."""
 
 
 @pytest.mark.gpu
