@@ -569,6 +569,14 @@ def launch_plan(cfg: dict[str, Any], tiles: int, k_tiles: int, chunks: int, cus:
     return fit_wave(cfg, tiles * splits, cus, scaled), splits, per, scaled
 
 
+def scales_first(cfg: dict[str, Any], has_zeros: bool) -> bool:
+    """Whether the scaled form (``SCALE_AFTER``) of `cfg` loads a K tile's scales and zeros before its words and
+    activations (``SCALES_FIRST``; else the zeros first and the scales after them): with zeros, or below 64-row tiles,
+    unless the config says. H100, RESULTS.md round24: asymmetric g128 at 256 rows 1.18-1.19x on 14336x4096 and
+    4096x4096, 1-9 % faster at 2-16 rows symmetric; the symmetric 64-row tile lost 9-12 % with it at 256 rows."""
+    return bool(cfg.get("SCALES_FIRST", has_zeros or cfg["BLOCK_M"] < 64))
+
+
 def pipelined_eligible(arch: str, w: "W4A16Weight", dtype: Optional[torch.dtype] = None) -> bool:
     """Whether the dispatcher may send `w` with activations of `dtype` (None: any) here: a 4-bit kernel-ready
     weight on a GPU; on AMD fp16 activations (the portable fp16 dequantization: 1.21-1.78x the float32 form on an
@@ -614,10 +622,6 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles; an
     # accumulator is its own workspace and needs no tickets
     ws, cnt = _workspace(x2.device, n, m) if splits > 1 and not accumulate else (out, out)
-    # the scaled form loads a tile's scales and zeros before its words (SCALES_FIRST) with zeros, or below 64-row tiles:
-    # asymmetric g128 at 256 rows 1.18-1.19x on 14336x4096 and 4096x4096, 1-9 % at 2-16 rows symmetric; the symmetric
-    # 64-row tile lost 9-12 % with it at 256 rows (H100, RESULTS.md round24)
-    scales_first = bool(cfg.get("SCALES_FIRST", w.zeros is not None or block_m < 64))
     _w4a16_pipelined_kernel[(tiles, splits)](
         x_src, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
         bias if bias is not None else w.scales, out, ws, cnt,
@@ -627,7 +631,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=nvidia and bool(cfg.get("PTX_LOADS", True)),
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and half, ACCUM=accumulate,
         PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)),
-        SCALE_AFTER=scaled, BF16=x2.dtype == torch.bfloat16, SCALES_FIRST=scales_first,
+        SCALE_AFTER=scaled, BF16=x2.dtype == torch.bfloat16, SCALES_FIRST=scales_first(cfg, w.zeros is not None),
         **launch_options(cfg, arch),
     )
     return out
@@ -661,6 +665,8 @@ def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool, 
             "GROUP_M": 8, "SPLIT": 2, "HAS_ZEROS": zeros, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True,
             "PTX_LOADS": cfg["PTX_LOADS"], "HALF_DEQ": cfg["HALF_DEQ"] and not bf16, "ACCUM": accum,
             "PTX_DEQ": cfg["PTX_DEQ"], "SCALE_AFTER": scale_after}
+    if scale_after:
+        cons["SCALES_FIRST"] = scales_first(cfg, zeros)
     if bf16:
         cons["BF16"] = True
     sig.update({c: "constexpr" for c in cons})

@@ -99,7 +99,11 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
     # 256x128 tile, which `pipelined_config` gives one-group layouts only
     served = [(1, False, 1, None)] if name == "rows256" else [(1, False, 1, None), (4, True, 2, None)]
     # and the g128 form under each register cap a grid can give it (`fit_wave`)
-    served += [(1, False, 1, cfg[key]) for key in ("overflow_maxnreg", "scale_after_maxnreg") if key in cfg]
+    caps = [cfg[key] for key in ("overflow_maxnreg", "scale_after_maxnreg") if key in cfg]
+    served += [(1, False, 1, cap) for cap in caps]
+    # and, where the class scales one-group tiles, g128 asym (its zeros and scales loaded first, SCALES_FIRST)
+    if kp._scale_after(cfg, 1):
+        served += [(1, True, 1, cap) for cap in [None] + caps]
     # and bf16's scaled form (its planes of q - z) wherever the class scales one-group tiles, under the same caps
     served = [(*v, False) for v in served] + [(*v, True) for v in served if v[0] == 1 and kp._scale_after(cfg, 1)]
     for chunks, zeros, split, cap, bf16 in served:
@@ -107,7 +111,8 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
                 "GROUP_M": cfg.get("GROUP_M", 8), "SPLIT": split, "HAS_ZEROS": zeros, "HAS_BIAS": True, "EVEN_K": True,
                 "EVEN_N": True, "PTX_LOADS": cfg.get("PTX_LOADS", True),
                 "HALF_DEQ": cfg.get("HALF_DEQ", False) and not bf16, "ACCUM": False, "PTX_DEQ": True,
-                "SCALE_AFTER": kp._scale_after(cfg, chunks), "BF16": bf16}
+                "SCALE_AFTER": kp._scale_after(cfg, chunks), "BF16": bf16,
+                "SCALES_FIRST": kp.scales_first(cfg, zeros)}
         act = {"x_ptr": "*bf16", "bias_ptr": "*bf16", "out_ptr": "*bf16"} if bf16 else {}
         s = dict(sig, **act, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
@@ -140,14 +145,17 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
     words staged too (more asynchronous copies) and read back."""
     import json
 
-    from optimum_amdx.kernels._w4a16_pipelined_triton import PIPELINED_CONFIGS
+    from optimum_amdx.kernels._w4a16_pipelined_triton import PIPELINED_CONFIGS, _scale_after
 
     builds = json.loads(sm90_build_stdout(_BUILD).strip().splitlines()[-1])
 
     caps = sum(key in cfg for cfg in PIPELINED_CONFIGS.values() for key in ("overflow_maxnreg", "scale_after_maxnreg"))
     assert caps >= 2  # rows16's one-wave cap, rows64's scaled form on large grids
     fp16 = [b for b in builds if not b["bf16"]]
-    assert len(fp16) == 2 * len(PIPELINED_CONFIGS) - 1 + caps  # the 256x128 tile serves one group per tile only
+    scaled_asym = sum(1 + sum(key in cfg for key in ("overflow_maxnreg", "scale_after_maxnreg"))
+                      for cfg in PIPELINED_CONFIGS.values() if _scale_after(cfg, 1))
+    # the 256x128 tile serves one group per tile only
+    assert len(fp16) == 2 * len(PIPELINED_CONFIGS) - 1 + caps + scaled_asym
     scaled = [b for b in fp16 if b["scale_after"]]
     assert len(scaled) >= 3 and sorted((b["config"], b["maxnreg"] or 0) for b in scaled) == sorted(
         (b["config"], b["maxnreg"] or 0) for b in builds if b["bf16"])  # bf16's scaled twins, cap for cap
