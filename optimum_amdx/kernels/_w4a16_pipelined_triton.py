@@ -472,9 +472,9 @@ def pipelined_config(m: int, k: int, n: int, chunks: int = 1, half: bool = True,
       `w4a16.LONG_K` (RESULTS.md round17: 0.98-1.89x the speed of round 16's routes and classes on the Llama
       projections; round18: 122-128 against 159-162 us at 448-512 rows, and 113-118 against 122-131 us the other way
       at 320-384). At 65-128 rows such outputs take the 128-column tile only where the 64 x 64 tile runs unscaled
-      (AMD, several groups per tile, bf16's float32 form: round17, 41.3-44.9 against 42.5-46.7 us on 14336x4096); fp16
-      on NVIDIA with one group per tile keeps the scaled 64 x 64 tile, 2.9-7.0 % less time there since round 22's register
-      cap (round24, `_class_name`).
+      (AMD, several groups per tile, bf16's float32 form: round17, 41.3-44.9 against 42.5-46.7 us on 14336x4096);
+      fp16 on NVIDIA with one group per tile keeps the scaled 64 x 64 tile, 2.9-7.0 % less time there since round
+      22's register cap (round24, `_class_name`).
 
     bf16 with one scale group per tile takes exact bf16 planes of q - z and the scaled dot products
     (`_dequant_tile_q`), on narrow outputs at every row count and on wide ones up to `BF16_PLANES_MAX_WIDE` rows: the

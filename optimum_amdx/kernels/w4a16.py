@@ -490,11 +490,11 @@ long-input outputs in g128 at 320 rows, 1.03-1.09x at 512 (4096x6144 lost from 3
 320-512, 0.80-0.92x: they stay on dequant + BLAS); bf16 on narrow long-input outputs at 160-256 rows with the
 256 x 128 tile 1.23-1.34x. Since round 17 it takes 2-3 rows too, where its staged 16-row class beat the
 few-row kernel (since removed) by 1.02-1.31x at 2 rows and 1.31-1.62x at 3 without act-order, and since round 24 with
-it (1.08-1.56x, g32 and g128: round 17's 0.47-0.73x timed each weight copy's activation-order build inside the
+it (1.08-1.57x, g32 and g128: round 17's 0.47-0.73x timed each weight copy's activation-order build inside the
 replayed graph, a benchmark fault). Act-order weights (x gathered in a launch of its own) keep it to
 ``pipelined_max_act_order`` rows: on the H100 g128 won to 320-384 rows on wide outputs but lost from 256 on
-14336x4096 (0.93x) and at 320-512 on narrow outputs (0.92-0.98x), g32 won to 256 (round24). The AMD families use the
-measured NVIDIA values for the portable kernels until measured there. Since round 18 they run
+14336x4096 (0.93x) and at 320-512 on narrow long-input ones (0.92-0.98x), g32 won to 256 (round24). The AMD
+families use the measured NVIDIA values for the portable kernels until measured there. Since round 18 they run
 the pipelined GEMM in its portable form (plain word loads, the fp16 dequantization in Triton's own operations,
 2 stages; fp16 activations only): on an H100 that form of CDNA's classes (up to 64-row tiles) ran 1.06-1.99x as
 fast as AMD's previous route (the fused GEMM, or dequant + BLAS) at 2-128 rows on the Llama projections (act-order

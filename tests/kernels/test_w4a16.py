@@ -335,7 +335,7 @@ def test_gemv_m1_error_is_the_fp16_rounding_of_the_output(sym):
 
 
 def test_two_and_three_rows_take_the_pipelined_gemm_with_or_without_act_order():
-    """From 2 rows every layout takes the pipelined GEMM on NVIDIA, act-order too (H100, RESULTS.md round24: 1.08-1.56x
+    """From 2 rows every layout takes the pipelined GEMM on NVIDIA, act-order too (H100, RESULTS.md round24: 1.08-1.57x
     the few-row kernel that kept act-order weights before), in both dtypes; an act-order weight stops at
     ``pipelined_max_act_order`` rows. Decided on the CPU: the route needs no GPU."""
     from optimum_amdx.kernels.w4a16 import ROUTE_LIMITS, dispatch_route
