@@ -173,9 +173,11 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
             assert b["local_loads"] >= 1, b  # and read back from shared memory
         # ptxas spilled no register, but for rows64's scaled form under its large-grid cap: 16-24 B on the stack
         # (Triton 3.6.0-3.9.0), and still 8-11 % faster than the unscaled form those grids ran before (H100,
-        # RESULTS.md round22)
+        # RESULTS.md round22); and rows16 under its one-wave cap with its scales loaded first: 8 B with Triton 3.6.0,
+        # which the H100 measurements ran, 2-6 % faster than the other order on 4096x28672 at 2-16 rows (round24)
         capped64 = b["config"] == "rows64" and b["maxnreg"] == PIPELINED_CONFIGS["rows64"]["scale_after_maxnreg"]
-        assert len(b["stack"]) == 1 and b["stack"][0] <= (32 if capped64 else 0), b
+        capped16 = b["config"] == "rows16" and b["maxnreg"] == PIPELINED_CONFIGS["rows16"]["overflow_maxnreg"]
+        assert len(b["stack"]) == 1 and b["stack"][0] <= (32 if capped64 else 8 if capped16 else 0), b
 
 
 def test_pipelined_configs_and_k_splits():
