@@ -57,9 +57,10 @@ def graph_ms(calls: Sequence[Callable[[], Any]], reps: int = 20, warmup_calls: O
     """Median milliseconds per call when all `calls` are replayed from one captured graph.
 
     The first `warmup_calls` calls (None: all of them) run once on a side stream first: compilation, lazy
-    workspaces, and per-object state a call makes on its first use (an act-order weight's activation order,
-    `_w4a16_gemm_triton.x_index`), which would otherwise be captured and recomputed on every replay. Warming only
-    the first two calls made every later weight copy's act-order call carry its index build in the graph.
+    workspaces, and any per-object state a call makes on its first use, which would otherwise be captured and
+    recomputed on every replay. Warming only the first two calls once made every later weight copy's act-order call
+    carry its index build in the graph (RESULTS.md round24; the weight now makes that index with itself,
+    `W4A16Weight.x_order`).
     """
     import torch
 

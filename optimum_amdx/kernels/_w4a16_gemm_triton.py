@@ -49,6 +49,7 @@ import triton.language as tl
 from ._w4a16_triton import _chunks as chunks, _x_tile as _stream_x_tile  # scale groups per K tile; x gather
 from .compile_spec import CompileSpec
 from .runtime import arch_family, compute_units
+from .w4a16 import activation_order
 
 if TYPE_CHECKING:
     from .w4a16 import W4A16Weight
@@ -349,22 +350,11 @@ def _workspace(device: torch.device, n: int, m: int) -> tuple[torch.Tensor, torc
 
 
 def x_index(w: "W4A16Weight", natural: bool) -> torch.Tensor:
-    """int32 [KT * 128]: for position ``p`` of K tile ``kt`` (the kernel's joined order), the column of
-    x it meets (``perm`` applied for act-order), or K (a zero column) for padded rows. Made once per
-    weight and kept on it (`W4A16Weight.x_order`)."""
+    """int32 [KT * 128]: for each position of each K tile (the kernel's joined order), the column of x it meets;
+    the weight's own copy (`W4A16Weight.x_order`, made with it wherever x is gathered), else made now for a
+    config that gathers a plain weight's x (`X_PREP`)."""
     idx = (w.x_order or {}).get(natural)
-    if idx is None:
-        p = torch.arange(TILE, device=w.qweight.device)
-        t = p % 8
-        rows_p = p if natural else ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + p // 8
-        rows = (torch.arange(w.k_tiles, device=p.device)[:, None] * TILE + rows_p[None, :]).reshape(-1)
-        valid = rows < w.in_features
-        src = rows.clamp(max=w.in_features - 1)
-        if w.perm is not None:
-            src = w.perm.long()[src]
-        idx = torch.where(valid, src, torch.full_like(src, w.in_features)).to(torch.int32)
-        w.x_order = {**(w.x_order or {}), natural: idx}
-    return idx
+    return idx if idx is not None else activation_order(w, natural)
 
 
 @triton.jit

@@ -39,6 +39,7 @@ __all__ = [
     "prepare_gptq_weight",
     "concat_weights",
     "tile_pack",
+    "activation_order",
     "w4a16_matmul",
     "w4a16_matmul_reference",
     "accumulating_route",
@@ -224,8 +225,14 @@ class W4A16Weight:
     kernel_ready: bool
     raw: Optional[dict[str, Any]] = None
     x_order: Optional[dict[bool, "torch.Tensor"]] = None
-    """x column order per operand order, made on first use by the fused GEMM when its config gathers x
-    once per call (`X_PREP`)."""
+    """x's column order per operand order (`activation_order`, both orders), made with the weight wherever the
+    kernels gather x (act-order, or K off the 128-row tiles). Made here rather than on first use, so a graph
+    captured around the weight's first call neither records the index build nor keeps the index in its pool."""
+
+    def __post_init__(self) -> None:
+        if (self.x_order is None and self.kernel_ready and self.qweight is not None
+                and (self.perm is not None or self.in_features % TILE_K)):
+            self.x_order = {natural: activation_order(self, natural) for natural in (True, False)}
 
     @property
     def k_tiles(self) -> int:
@@ -276,6 +283,24 @@ class W4A16Weight:
         from dataclasses import replace
 
         return replace(self, perm=None, x_order=None)
+
+
+def activation_order(w: W4A16Weight, natural: bool) -> "torch.Tensor":
+    """int32 ``[k_tiles * TILE_K]``: for position ``p`` of K tile ``kt`` in the kernels' joined order, the column of x
+    it meets (`perm` applied for act-order), or ``in_features`` (a zero column) for a padded row. ``natural``: the
+    tile's rows in order (the pipelined GEMM); otherwise the fused GEMM's pair order, where position ``p`` holds
+    row ``16 * plane + p // 8`` of the plane that nibble slot ``p % 8`` of a word pair yields."""
+    import torch
+
+    p = torch.arange(TILE_K, device=w.qweight.device)
+    t = p % 8
+    rows_p = p if natural else ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + p // 8
+    rows = (torch.arange(w.k_tiles, device=p.device)[:, None] * TILE_K + rows_p[None, :]).reshape(-1)
+    valid = rows < w.in_features
+    src = rows.clamp(max=w.in_features - 1)
+    if w.perm is not None:
+        src = w.perm.long()[src]
+    return torch.where(valid, src, torch.full_like(src, w.in_features)).to(torch.int32)
 
 
 def tile_pack(q: "torch.Tensor") -> "torch.Tensor":

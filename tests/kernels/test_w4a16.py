@@ -615,6 +615,27 @@ def test_engine_fuses_gptq_projections_of_a_quantized_checkpoint(tmp_path):
                 torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=2e-2 * want.abs().max().item())
 
 
+@pytest.mark.parametrize("k,act_order", [(256, True), (200, False), (256, False)])
+def test_activation_order_is_made_with_the_weight(k, act_order):
+    """A weight whose x the kernels gather (act-order, or K off the 128-row tiles) carries both activation orders
+    from its construction, so no call makes them (a graph captured around a first call would record the build);
+    the natural order is `perm` (or 0..K-1) with K, a zero column, for each padded row; a presorted weight of
+    whole tiles carries none."""
+    qweight, qzeros, scales, g_idx, _ = quantize(k, 32, 4, 32, False, act_order, "gptq", seed=k)
+    w = prepare_gptq_weight(qweight, qzeros, scales, g_idx, group_size=32)
+    if not act_order and k % 128 == 0:
+        assert w.x_order is None
+        return
+    assert set(w.x_order) == {True, False}
+    natural = w.x_order[True].long()
+    source = w.perm.long() if act_order else torch.arange(k)
+    assert torch.equal(natural[:k], source) and bool((natural[k:] == k).all())
+    assert natural.numel() == w.k_tiles * 128
+    assert torch.equal(torch.sort(w.x_order[False][w.x_order[False] < k].long()).values, torch.arange(k))
+    if act_order:
+        assert w.presorted().x_order is None
+
+
 @pytest.mark.parametrize("k,act_order,natural,dtype", [(200, True, True, torch.float16), (256, True, False, torch.bfloat16),
                                                        (264, False, True, torch.float16)])
 def test_gather_x_is_x_in_the_layout_order(k, act_order, natural, dtype):
