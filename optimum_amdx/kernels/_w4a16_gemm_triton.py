@@ -372,15 +372,59 @@ GATHER_BLOCK = 1024
 """Columns per program of `_gather_cols_kernel` (4 warps)."""
 
 
-def gather_x(x2: torch.Tensor, w: "W4A16Weight", natural: bool) -> torch.Tensor:
+@triton.jit
+def _gather_rows_kernel(x_ptr, idx_ptr, out_ptr, K, n_cols, stride_xm, stride_om, ROW: tl.constexpr,
+                        CHUNK: tl.constexpr):
+    """`_gather_cols_kernel`'s ``out[m, j] = x[m, idx[j]]`` for CHUNK columns of row m, read the other way: the program
+    loads row m whole (ROW >= K columns, coalesced) and gathers on chip (`tl.gather`, through shared memory). The
+    column kernel's 2-byte loads from scattered addresses cost one L1 wavefront each (an act-order permutation
+    scatters them over the whole row)."""
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, ROW)
+    v = tl.load(x_ptr + row * stride_xm + offs, mask=offs < K, other=0.0)
+    cols = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
+    cmask = cols < n_cols
+    src = tl.load(idx_ptr + cols, mask=cmask, other=0)
+    got = tl.gather(v, tl.minimum(src, K - 1), 0)
+    tl.store(out_ptr + row * stride_om + cols, tl.where(src < K, got, 0.0), mask=cmask)
+
+
+GATHER_ROW_MAX = 16384
+"""The longest row (power of two >= K) `gather_x` reads whole: 32 KiB of fp16 in shared memory, half of CDNA's LDS."""
+
+
+def gather_form(m: int, k: int, units: int) -> Optional[tuple[int, int, int]]:
+    """(ROW, CHUNK, num_warps) of `_gather_rows_kernel` for `m` rows of `k` columns on `units` SMs / CUs, or None for
+    `_gather_cols_kernel` (a row longer than `GATHER_ROW_MAX`). Each program gathers CHUNK columns of a row it reads
+    whole: whole rows from 2 rows per SM / CU, else chunks of at least 1024 columns so the grid still fills the
+    GPU (the row's re-reads hit L2)."""
+    row = triton.next_power_of_2(max(k, 16))
+    if row > GATHER_ROW_MAX:
+        return None
+    chunk = row
+    while chunk > 1024 and m * (row // chunk) < 2 * units:
+        chunk //= 2
+    return row, chunk, 8 if row >= 8192 else 4
+
+
+def gather_x(x2: torch.Tensor, w: "W4A16Weight", natural: bool,
+             form: Optional[tuple[int, int, int]] | str = "auto") -> torch.Tensor:
     """x2 ``[M, K]`` (unit stride along K) gathered into the kernel's (tile, position) order
     (`x_index`; zeros for padded rows) in one launch: torch's pad + index_select took two to three
-    launches, about 6 us at 16-64 rows on 4096 columns (H200 profile, RESULTS.md round9)."""
+    launches, about 6 us at 16-64 rows on 4096 columns (H200 profile, RESULTS.md round9). `form`: the row
+    kernel's (ROW, CHUNK, num_warps), None for the column kernel, "auto" for `gather_form`'s choice."""
     idx = x_index(w, natural)
     m, n_cols = x2.shape[0], idx.numel()
     out = torch.empty(m, n_cols, dtype=x2.dtype, device=x2.device)
-    _gather_cols_kernel[(m, triton.cdiv(n_cols, GATHER_BLOCK))](
-        x2, idx, out, w.in_features, n_cols, x2.stride(0), out.stride(0), BLOCK=GATHER_BLOCK, num_warps=4)
+    if form == "auto":
+        form = gather_form(m, w.in_features, compute_units(x2.device))
+    if form is None:
+        _gather_cols_kernel[(m, triton.cdiv(n_cols, GATHER_BLOCK))](
+            x2, idx, out, w.in_features, n_cols, x2.stride(0), out.stride(0), BLOCK=GATHER_BLOCK, num_warps=4)
+    else:
+        row, chunk, warps = form
+        _gather_rows_kernel[(m, triton.cdiv(n_cols, chunk))](
+            x2, idx, out, w.in_features, n_cols, x2.stride(0), out.stride(0), ROW=row, CHUNK=chunk, num_warps=warps)
     return out
 
 

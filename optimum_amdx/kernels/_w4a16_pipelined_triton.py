@@ -260,14 +260,10 @@ def _group_h(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZERO
 
 
 @triton.jit
-def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
-                    CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
-                    PTX: tl.constexpr = True):
-    """`_w4a16_gemm_triton._dequant_tile` for fp16 activations: the weight operand ``W_tile^T`` [BLOCK_N, 128]
-    of K tile k0 in row order. PTX: `_planes` (inline PTX, NVIDIA); otherwise the same arithmetic in Triton's
-    own int16 and fp16 operations (`_plane_lo`, `_plane_hi`; AMD and the interpreter), which the compilers pack
-    two to a register (sm_90 PTX: as many ``f16x2`` operations as `_planes`; gfx942: 72 ``v_pk_*``), with the
-    same result bit for bit."""
+def _tile_groups_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr,
+                   HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
+    """`_planes`' operands for the eight planes of K tile k0 (`_group_h` of each group the tile meets, each read
+    once): the scales s0..s7, then zl of the even planes and zh of the odd ones, as one tuple for `_planes_of_groups`."""
     s0, zl0, zh0 = _group_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
     if CHUNKS == 1:  # one group for all eight planes
         s1, zh1, s2, zl2, s3, zh3, s4, zl4, s5, zh5, s6, zl6, s7, zh7 = (s0, zh0, s0, zl0, s0, zh0, s0, zl0, s0, zh0,
@@ -290,6 +286,13 @@ def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
             s3, zl3, zh3 = s2, zl2, zh2
             s5, zl5, zh5 = s4, zl4, zh4
             s7, zl7, zh7 = s6, zl6, zh6
+    return (s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2, zh3, zl4, zh5, zl6, zh7)
+
+
+@triton.jit
+def _planes_of_groups(packed, groups, BLOCK_N: tl.constexpr, PTX: tl.constexpr = True):
+    """``W_tile^T`` [BLOCK_N, 128] fp16 in row order of a K tile's words `packed` and its `_tile_groups_h`."""
+    s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2, zh3, zl4, zh5, zl6, zh7 = groups
     if PTX:
         w0, w1 = _planes(packed, s0, s1, zl0, zh1, _PLANES_ASM_0)
         w2, w3 = _planes(packed, s2, s3, zl2, zh3, _PLANES_ASM_1)
@@ -299,6 +302,19 @@ def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexp
         w0, w1, w2, w3, w4, w5, w6, w7 = _planes_portable(packed, s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2, zh3,
                                                           zl4, zh5, zl6, zh7)
     return _tile_of_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N)
+
+
+@triton.jit
+def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
+                    CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+                    PTX: tl.constexpr = True):
+    """`_w4a16_gemm_triton._dequant_tile` for fp16 activations: the weight operand ``W_tile^T`` [BLOCK_N, 128]
+    of K tile k0 in row order, its groups loaded after `packed` (`_tile_groups_h`, `_planes_of_groups`). PTX:
+    `_planes` (inline PTX, NVIDIA); otherwise the same arithmetic in Triton's own int16 and fp16 operations
+    (`_plane_lo`, `_plane_hi`; AMD and the interpreter), which the compilers pack two to a register (sm_90 PTX: as
+    many ``f16x2`` operations as `_planes`; gfx942: 72 ``v_pk_*``), with the same result bit for bit."""
+    groups = _tile_groups_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N)
+    return _planes_of_groups(packed, groups, BLOCK_N, PTX)
 
 
 @triton.jit
@@ -371,10 +387,16 @@ def _w4a16_pipelined_kernel(
     else:
         for kt in range(kt0, kt1):
             k0 = kt * 128
-            packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
-            x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
-            wt = _weight_operand(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
-                                 CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ, PTX_DEQ)
+            if SCALES_FIRST and HALF_DEQ:  # the tile's groups before its words and activations, as the scaled form
+                groups = _tile_groups_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N)
+                packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
+                x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
+                wt = _planes_of_groups(packed, groups, BLOCK_N, PTX_DEQ)
+            else:
+                packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
+                x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
+                wt = _weight_operand(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
+                                     CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ, PTX_DEQ)
             acc = tl.dot(wt, x_t, acc)
     _write_tile(acc, out_ptr, ws_ptr, cnt_ptr + pid, SPLIT, bias_ptr, offs_m, offs_n, m_mask, N, stride_om, SPLIT,
                 HAS_BIAS, BLOCK_N, BLOCK_M, ACCUM)

@@ -636,12 +636,17 @@ def test_activation_order_is_made_with_the_weight(k, act_order):
         assert w.presorted().x_order is None
 
 
-@pytest.mark.parametrize("k,act_order,natural,dtype", [(200, True, True, torch.float16), (256, True, False, torch.bfloat16),
-                                                       (264, False, True, torch.float16)])
-def test_gather_x_is_x_in_the_layout_order(k, act_order, natural, dtype):
+@pytest.mark.parametrize("k,act_order,natural,dtype,form", [
+    (200, True, True, torch.float16, None), (256, True, False, torch.bfloat16, None),
+    (264, False, True, torch.float16, None), (200, True, True, torch.float16, (256, 256, 4)),
+    (256, True, False, torch.bfloat16, (256, 128, 4)), (264, False, True, torch.float16, (512, 128, 4)),
+    (64, False, True, torch.float16, (64, 128, 4)),
+    (384, True, True, torch.float16, "auto")])
+def test_gather_x_is_x_in_the_layout_order(k, act_order, natural, dtype, form):
     """The one-launch gather of the GEMM routes equals pad + index_select through `x_index`: x's
     columns in each K tile's order (act-order permutation applied), zeros for the padded rows; the
-    input may be a strided view."""
+    input may be a strided view. Both kernels: the column gather (None) and the row gather, whole rows and
+    chunks of them (K = 64 = ROW: the padded rows' index K lies past the row), and the default choice."""
     from optimum_amdx.kernels._w4a16_gemm_triton import gather_x, x_index
 
     qweight, qzeros, scales, g_idx, _ = quantize(k, 32, 4, 32, False, act_order, "gptq", seed=k)
@@ -649,5 +654,5 @@ def test_gather_x_is_x_in_the_layout_order(k, act_order, natural, dtype):
     wide = torch.randn(6, k + 8, generator=torch.Generator().manual_seed(k)).to(dtype).to(DEVICE)
     x = wide[:, 3:3 + k]  # row stride k + 8
     expected = torch.nn.functional.pad(x, (0, 1)).index_select(1, x_index(w, natural).long())
-    got = gather_x(x, w, natural)
+    got = gather_x(x, w, natural, form)
     assert got.shape == expected.shape and torch.equal(got, expected)
