@@ -29,13 +29,13 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench_w4a16 import random_gptq  # noqa: E402 - this folder is on sys.path when run as a script
 
 
-def forms_for(k: int, m: int, units: int) -> dict[str, Optional[tuple[int, int, int]] | str]:
+def forms_for(k: int, m: int) -> dict[str, Optional[tuple[int, int, int]] | str]:
     """The forms timed for one cell: the column kernel, the default, and the row kernel's variants."""
     row = 1 << (k - 1).bit_length()
     forms: dict[str, Optional[tuple[int, int, int]] | str] = {"cols": None, "auto": "auto"}
-    for chunk in sorted({row, 4096, 1024}, reverse=True):
+    for chunk in sorted({row, max(1024, row // 4), 4096, 1024}, reverse=True):
         for warps in (4, 8, 16):
-            if chunk <= row and (row, chunk, warps) != gather_form(m, k, units):
+            if chunk <= row and (row, chunk, warps) != gather_form(m, k):
                 forms[f"rows{chunk}/w{warps}"] = (row, chunk, warps)
     return forms
 
@@ -62,15 +62,15 @@ def main() -> None:
             ref = gather_x(xs[0], w, True, None)
             floor_us = nbytes / (copy_gbs * 1e3)
             cells: dict[str, float] = {}
-            for name, form in forms_for(k, m, units).items():
+            for name, form in forms_for(k, m).items():
                 if not torch.equal(gather_x(xs[0], w, True, form), ref):
                     sys.exit(f"form {name} gathered other values than the column kernel (K={k}, M={m})")
                 cells[name] = graph_ms([lambda x=x, f=form: gather_x(x, w, True, f) for x in xs]) * 1e3
             best = min((v, n) for n, v in cells.items() if n not in ("cols", "auto"))
             print(f"K={k:6d} M={m:5d} floor {floor_us:6.2f} us | cols {cells['cols']:7.2f} | auto "
-                  f"{cells['auto']:7.2f} {gather_form(m, k, units)} | best row form {best[1]} {best[0]:7.2f} | "
+                  f"{cells['auto']:7.2f} {gather_form(m, k)} | best row form {best[1]} {best[0]:7.2f} | "
                   f"cols/auto {cells['cols'] / cells['auto']:.2f}x")
-            results.append({"k": k, "rows": m, "floor_us": floor_us, "auto_form": gather_form(m, k, units),
+            results.append({"k": k, "rows": m, "floor_us": floor_us, "auto_form": gather_form(m, k),
                             "us": cells})
     if args.out:
         with open(args.out, "w") as f:

@@ -373,7 +373,7 @@ GATHER_BLOCK = 1024
 
 
 @triton.jit
-def _gather_rows_kernel(x_ptr, idx_ptr, out_ptr, K, n_cols, stride_xm, stride_om, ROW: tl.constexpr,
+def _gather_whole_rows_kernel(x_ptr, idx_ptr, out_ptr, K, n_cols, stride_xm, stride_om, ROW: tl.constexpr,
                         CHUNK: tl.constexpr):
     """`_gather_cols_kernel`'s ``out[m, j] = x[m, idx[j]]`` for CHUNK columns of row m, read the other way: the program
     loads row m whole (ROW >= K columns, coalesced) and gathers on chip (`tl.gather`, through shared memory). The
@@ -393,18 +393,18 @@ GATHER_ROW_MAX = 16384
 """The longest row (power of two >= K) `gather_x` reads whole: 32 KiB of fp16 in shared memory, half of CDNA's LDS."""
 
 
-def gather_form(m: int, k: int, units: int) -> Optional[tuple[int, int, int]]:
-    """(ROW, CHUNK, num_warps) of `_gather_rows_kernel` for `m` rows of `k` columns on `units` SMs / CUs, or None for
+def gather_form(m: int, k: int) -> Optional[tuple[int, int, int]]:
+    """(ROW, CHUNK, num_warps) of `_gather_whole_rows_kernel` for `m` rows of `k` columns, or None for
     `_gather_cols_kernel` (a row longer than `GATHER_ROW_MAX`). Each program gathers CHUNK columns of a row it reads
-    whole: whole rows from 2 rows per SM / CU, else chunks of at least 1024 columns so the grid still fills the
-    GPU (the row's re-reads hit L2)."""
+    whole: whole rows from 64 rows, a quarter row (at least 1024 columns) from 16, else 1024 columns, so that a few
+    rows still spread over the GPU (a row's re-reads hit L2); 16 warps for rows of 8192 or more, else 8. H100,
+    act-order K = 4096 / 11008 / 14336 (RESULTS.md round25): 1.6-6.6x the column kernel from 256 rows (14336 at 256
+    rows 20.8 -> 7.2 us), 1.0-1.9x at 1-64."""
     row = triton.next_power_of_2(max(k, 16))
     if row > GATHER_ROW_MAX:
         return None
-    chunk = row
-    while chunk > 1024 and m * (row // chunk) < 2 * units:
-        chunk //= 2
-    return row, chunk, 8 if row >= 8192 else 4
+    chunk = row if m >= 64 else max(1024, row // 4) if m >= 16 else 1024
+    return row, min(chunk, row), 16 if row >= 8192 else 8
 
 
 def gather_x(x2: torch.Tensor, w: "W4A16Weight", natural: bool,
@@ -417,13 +417,13 @@ def gather_x(x2: torch.Tensor, w: "W4A16Weight", natural: bool,
     m, n_cols = x2.shape[0], idx.numel()
     out = torch.empty(m, n_cols, dtype=x2.dtype, device=x2.device)
     if form == "auto":
-        form = gather_form(m, w.in_features, compute_units(x2.device))
+        form = gather_form(m, w.in_features)
     if form is None:
         _gather_cols_kernel[(m, triton.cdiv(n_cols, GATHER_BLOCK))](
             x2, idx, out, w.in_features, n_cols, x2.stride(0), out.stride(0), BLOCK=GATHER_BLOCK, num_warps=4)
     else:
         row, chunk, warps = form
-        _gather_rows_kernel[(m, triton.cdiv(n_cols, chunk))](
+        _gather_whole_rows_kernel[(m, triton.cdiv(n_cols, chunk))](
             x2, idx, out, w.in_features, n_cols, x2.stride(0), out.stride(0), ROW=row, CHUNK=chunk, num_warps=warps)
     return out
 
@@ -505,10 +505,29 @@ _GATHER_SPEC = CompileSpec(
     divisible_by_16=("K", "n_cols", "stride_xm", "stride_om"),
 )
 
+def _gather_rows_spec(row: int, chunk: int, warps: int) -> CompileSpec:
+    """The row gather in one of `gather_form`'s forms."""
+    return CompileSpec(
+        name=f"w4a16_gather_x[fp16,row{row}/{chunk},w{warps}]",
+        kernel=_gather_whole_rows_kernel,
+        signature={"x_ptr": "*fp16", "idx_ptr": "*i32", "out_ptr": "*fp16", "K": "i32", "n_cols": "i32",
+                   "stride_xm": "i32", "stride_om": "i32", "ROW": "constexpr", "CHUNK": "constexpr"},
+        constexprs={"ROW": row, "CHUNK": chunk},
+        options=lambda arch: {"num_warps": warps, "num_stages": 1},
+        hot=True,
+        uses_dot=False,
+        divisible_by_16=("K", "n_cols", "stride_xm", "stride_om"),
+    )
+
+
+_GATHER_ROWS_SPECS = [_gather_rows_spec(*form) for form in ((4096, 4096, 8), (4096, 1024, 8), (16384, 16384, 16),
+                                                            (16384, 4096, 16), (16384, 1024, 16))]
+"""The row gather in `gather_form`'s forms for rows of 4096 and 16384 columns."""
+
 AMD_COMPILE_SPECS: list[CompileSpec] = [
     spec
     for archs in (_CDNA, _RDNA3)
     for rows in sorted(GEMM_CONFIGS["cdna" if archs == _CDNA else "rdna3"])
     for spec in (_spec(min(rows, 4096), 128, False, False, True, archs),
                  _spec(min(rows, 4096), 32, True, True, False, archs))
-] + [_GATHER_SPEC]
+] + [_GATHER_SPEC, *_GATHER_ROWS_SPECS]

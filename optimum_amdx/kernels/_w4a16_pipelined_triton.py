@@ -263,7 +263,7 @@ def _group_h(s_ptr, z_ptr, row, offs_n, N, K, GROUP_SIZE: tl.constexpr, HAS_ZERO
 def _tile_groups_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr,
                    HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
     """`_planes`' operands for the eight planes of K tile k0 (`_group_h` of each group the tile meets, each read
-    once): the scales s0..s7, then zl of the even planes and zh of the odd ones, as one tuple for `_planes_of_groups`."""
+    once): the scales s0..s7, then zl of the even planes and zh of the odd ones, one tuple for `_planes_of_groups`."""
     s0, zl0, zh0 = _group_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, HAS_ZEROS, EVEN_K, EVEN_N)
     if CHUNKS == 1:  # one group for all eight planes
         s1, zh1, s2, zl2, s3, zh3, s4, zl4, s5, zh5, s6, zl6, s7, zh7 = (s0, zh0, s0, zl0, s0, zh0, s0, zl0, s0, zh0,
@@ -591,12 +591,14 @@ def launch_plan(cfg: dict[str, Any], tiles: int, k_tiles: int, chunks: int, cus:
     return fit_wave(cfg, tiles * splits, cus, scaled), splits, per, scaled
 
 
-def scales_first(cfg: dict[str, Any], has_zeros: bool) -> bool:
-    """Whether the scaled form (``SCALE_AFTER``) of `cfg` loads a K tile's scales and zeros before its words and
-    activations (``SCALES_FIRST``; else the zeros first and the scales after them): with zeros, or below 64-row tiles,
-    unless the config says. H100, RESULTS.md round24: asymmetric g128 at 256 rows 1.18-1.19x on 14336x4096 and
-    4096x4096, 1-9 % faster at 2-16 rows symmetric; the symmetric 64-row tile lost 9-12 % with it at 256 rows."""
-    return bool(cfg.get("SCALES_FIRST", has_zeros or cfg["BLOCK_M"] < 64))
+def scales_first(cfg: dict[str, Any], has_zeros: bool, scaled: bool) -> bool:
+    """Whether a launch of `cfg` loads a K tile's scales and zeros before its words and activations (``SCALES_FIRST``),
+    unless the config says. The scaled form (``SCALE_AFTER``, `scaled`): with zeros, or below 64-row tiles (else the
+    zeros first and the scales after them). H100, RESULTS.md round24: asymmetric g128 at 256 rows 1.18-1.19x on
+    14336x4096 and 4096x4096, 1-9 % faster at 2-16 rows symmetric; the symmetric 64-row tile lost 9-12 % with it at
+    256 rows. The fp16 forms that scale each weight (several groups per tile) always: g32 and g64, symmetric and
+    asymmetric, 3-9.5 % faster at 64 and 256 rows on the four Llama-3-8B projections and within 2 % at 2-16 (round25)."""
+    return bool(cfg.get("SCALES_FIRST", has_zeros or cfg["BLOCK_M"] < 64 or not scaled))
 
 
 def pipelined_eligible(arch: str, w: "W4A16Weight", dtype: Optional[torch.dtype] = None) -> bool:
@@ -653,7 +655,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         EVEN_K=k % TILE == 0, EVEN_N=n % block_n == 0, PTX_LOADS=nvidia and bool(cfg.get("PTX_LOADS", True)),
         HALF_DEQ=bool(cfg.get("HALF_DEQ", False)) and half, ACCUM=accumulate,
         PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)),
-        SCALE_AFTER=scaled, BF16=x2.dtype == torch.bfloat16, SCALES_FIRST=scales_first(cfg, w.zeros is not None),
+        SCALE_AFTER=scaled, BF16=x2.dtype == torch.bfloat16,
+        SCALES_FIRST=scales_first(cfg, w.zeros is not None, scaled),
         **launch_options(cfg, arch),
     )
     return out
@@ -687,8 +690,7 @@ def _amd_spec(family_name: str, cls: str, group: int, zeros: bool, accum: bool, 
             "GROUP_M": 8, "SPLIT": 2, "HAS_ZEROS": zeros, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True,
             "PTX_LOADS": cfg["PTX_LOADS"], "HALF_DEQ": cfg["HALF_DEQ"] and not bf16, "ACCUM": accum,
             "PTX_DEQ": cfg["PTX_DEQ"], "SCALE_AFTER": scale_after}
-    if scale_after:
-        cons["SCALES_FIRST"] = scales_first(cfg, zeros)
+    cons["SCALES_FIRST"] = scales_first(cfg, zeros, scale_after)
     if bf16:
         cons["BF16"] = True
     sig.update({c: "constexpr" for c in cons})
