@@ -474,14 +474,15 @@ class RouteLimits(NamedTuple):
     pipelined_max_narrow_bf16: int
     pipelined_max_prefill: int
     pipelined_max_act_order: int
+    pipelined_max_act_order_long: int
 
 
 ROUTE_LIMITS: dict[str, RouteLimits] = {
-    "hopper": RouteLimits(1, 128, 64, 2, 256, 256, 128, 256, 128, 512, 256),
-    "cdna": RouteLimits(1, 128, 64, 2, 128, 128, 32, 128, 0, 256, 32),
-    "rdna3": RouteLimits(1, 128, 64, 2, 16, 16, 16, 16, 0, 0, 16),
-    "default": RouteLimits(1, 128, 64, 2, 256, 256, 128, 256, 128, 512, 256),
-    "cpu": RouteLimits(16, 1 << 62, 1 << 62, 0, 0, 0, 0, 0, 0, 0, 0),
+    "hopper": RouteLimits(1, 128, 64, 2, 256, 256, 128, 256, 128, 512, 256, 512),
+    "cdna": RouteLimits(1, 128, 64, 2, 128, 128, 32, 128, 0, 256, 32, 32),
+    "rdna3": RouteLimits(1, 128, 64, 2, 16, 16, 16, 16, 0, 0, 16, 16),
+    "default": RouteLimits(1, 128, 64, 2, 256, 256, 128, 256, 128, 512, 256, 512),
+    "cpu": RouteLimits(16, 1 << 62, 1 << 62, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 }
 """The dispatcher's thresholds, all of them, per arch family (`RouteLimits`). Up to ``stream_max`` rows
 the persistent stream-K kernel runs (the one-row FMA loop); from
@@ -492,7 +493,8 @@ scale groups per 128-row tile, bf16's float32 form; ``pipelined_max_small`` for 
 pipelined fused GEMM (`_w4a16_pipelined_triton`: a weight of at least `PIPELINED_MIN_WEIGHT` elements; on AMD fp16,
 and bf16 with one scale group per tile); a weight with one scale group per 128-row tile (group 128 or coarser) keeps it
 to ``pipelined_max_prefill`` rows in fp16 when its output is wide or its input longer than `LONG_K`, unless it is an
-act-order weight, which takes it to ``pipelined_max_act_order`` rows at most; up to
+act-order weight, which takes it to ``pipelined_max_act_order`` rows at most (``pipelined_max_act_order_long`` where
+its input is longer than `LONG_K`); up to
 ``gemm_max_wide`` / ``gemm_max_narrow`` rows the fused GEMM (`_w4a16_gemm_triton`: dequantized in
 registers, fed to ``tl.dot``, split-K when its tiles do not fill the GPU); above, dequantize once into
 a dense weight and call the BLAS matmul, which amortizes the dense write over many rows.
@@ -518,7 +520,10 @@ few-row kernel (since removed) by 1.02-1.31x at 2 rows and 1.31-1.62x at 3 witho
 it (1.08-1.57x, g32 and g128: round 17's 0.47-0.73x timed each weight copy's activation-order build inside the
 replayed graph, a benchmark fault). Act-order weights (x gathered in a launch of its own) keep it to
 ``pipelined_max_act_order`` rows: on the H100 g128 won to 320-384 rows on wide outputs but lost from 256 on
-14336x4096 (0.93x) and at 320-512 on narrow long-input ones (0.92-0.98x), g32 won to 256 (round24). The AMD
+14336x4096 (0.93x) and at 320-512 on narrow long-input ones (0.92-0.98x), g32 won to 256 (round24). With x gathered
+by whole rows (round25: 20.8 -> 7.2 us at 256 rows of 14336) g128 takes 0.76-0.87x the time of the next route at 384-512
+rows on 14336x4096 and 11008x4096, hence ``pipelined_max_act_order_long``, but 0.90-1.14x at 384 and 1.01-1.09x at
+512 on the wide outputs and 0.87-0.96x on 4096x4096 (which stops at 256 without act-order too). The AMD
 families use the measured NVIDIA values for the portable kernels until measured there. Since round 18 they run
 the pipelined GEMM in its portable form (plain word loads, the fp16 dequantization in Triton's own operations,
 2 stages; fp16 activations only): on an H100 that form of CDNA's classes (up to 64-row tiles) ran 1.06-1.99x as
@@ -560,7 +565,7 @@ def choose_route(m: int, family: str, n: Optional[int] = None, pipelined: bool =
         small = lim.pipelined_max_small_one_group if one_group else lim.pipelined_max_small
         top = min(top, small) if weight_elems == PIPELINED_MIN_WEIGHT else 0
     if act_order:
-        top = min(top, lim.pipelined_max_act_order)
+        top = min(top, lim.pipelined_max_act_order_long if long_k else lim.pipelined_max_act_order)
     if pipelined and lim.pipelined_min <= m <= top:
         return "pipelined"
     return "gemm" if m <= (lim.gemm_max_narrow if narrow else lim.gemm_max_wide) else "dequant"

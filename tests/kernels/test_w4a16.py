@@ -337,7 +337,8 @@ def test_gemv_m1_error_is_the_fp16_rounding_of_the_output(sym):
 def test_two_and_three_rows_take_the_pipelined_gemm_with_or_without_act_order():
     """From 2 rows every layout takes the pipelined GEMM on NVIDIA, act-order too (H100, RESULTS.md round24: 1.08-1.57x
     the few-row kernel that kept act-order weights before), in both dtypes; an act-order weight stops at
-    ``pipelined_max_act_order`` rows. Decided on the CPU: the route needs no GPU."""
+    ``pipelined_max_act_order`` rows, or ``pipelined_max_act_order_long`` with a long input. Decided on the CPU: the
+    route needs no GPU."""
     from optimum_amdx.kernels.w4a16 import ROUTE_LIMITS, dispatch_route
 
     top = ROUTE_LIMITS["hopper"].pipelined_max_act_order
@@ -354,6 +355,13 @@ def test_two_and_three_rows_take_the_pipelined_gemm_with_or_without_act_order():
     assert dispatch_route(top + 1, w_plain, torch.float16, "sm_90") == "pipelined"
     assert dispatch_route(33, w, torch.float16, "gfx942") == "gemm"  # CDNA: act-order to 32 rows
     assert dispatch_route(32, w, torch.float16, "gfx942") == "pipelined"
+    # a long input (the down projection) keeps act-order g128 on it for prefill rows (x gathered by whole rows, round25)
+    qweight, qzeros, scales, g_idx, _ = quantize(14336, 4096, 4, 128, False, True, "gptq", seed=5)
+    w_long = prepare_gptq_weight(qweight, qzeros, scales, g_idx, bits=4, group_size=128)
+    long_top = ROUTE_LIMITS["hopper"].pipelined_max_act_order_long
+    assert long_top > top
+    assert dispatch_route(long_top, w_long, torch.float16, "sm_90") == "pipelined"
+    assert dispatch_route(long_top + 1, w_long, torch.float16, "sm_90") == "dequant"
 
 
 def test_dispatch_and_grid_choices():
@@ -414,13 +422,17 @@ def test_dispatch_and_grid_choices():
             if bf16_narrow:
                 assert choose_route(bf16_narrow + 1, fam, 4096, pipelined=True, weight_elems=big, k=LONG_K + 1,
                                     bf16=True) != "pipelined"
-            # act-order weights (x gathered first) stop at pipelined_max_act_order rows, prefill rows included
-            ao = lim.pipelined_max_act_order
-            assert lo <= ao <= wide
-            for n, k in ((WIDE_N, 4096), (4096, LONG_K + 1)):
+            # act-order weights (x gathered first) stop at pipelined_max_act_order rows, prefill rows included, or at
+            # pipelined_max_act_order_long where the input is long (one group per tile in fp16 there; g32 keeps the
+            # narrow limit)
+            ao, ao_long = lim.pipelined_max_act_order, lim.pipelined_max_act_order_long
+            assert lo <= ao <= wide and ao <= ao_long <= max(narrow, pre)
+            for n, k, top in ((WIDE_N, 4096, ao), (4096, LONG_K + 1, ao_long)):
                 one = {"pipelined": True, "weight_elems": big, "k": k, "one_group": True, "act_order": True}
-                assert choose_route(ao, fam, n, **one) == "pipelined"
-                assert choose_route(ao + 1, fam, n, **one) != "pipelined"
+                assert choose_route(top, fam, n, **one) == "pipelined"
+                assert choose_route(top + 1, fam, n, **one) != "pipelined"
+            g32 = {"pipelined": True, "weight_elems": big, "k": LONG_K + 1, "act_order": True}
+            assert choose_route(min(narrow, ao_long) + 1, fam, 4096, **g32) != "pipelined"
             # a weight of exactly the minimum only up to pipelined_max_small rows (pipelined_max_small_one_group with
             # one group per tile), a smaller one never
             exact = {"pipelined": True, "weight_elems": PIPELINED_MIN_WEIGHT}
