@@ -74,7 +74,8 @@ def main() -> None:
                             "us": cells})
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "copy_gbs": copy_gbs, "results": results}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "uuid": str(torch.cuda.get_device_properties(0).uuid),
+                       "copy_gbs": copy_gbs, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

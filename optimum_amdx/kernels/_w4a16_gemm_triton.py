@@ -398,8 +398,8 @@ def gather_form(m: int, k: int) -> Optional[tuple[int, int, int]]:
     `_gather_cols_kernel` (a row longer than `GATHER_ROW_MAX`). Each program gathers CHUNK columns of a row it reads
     whole: whole rows from 64 rows, a quarter row (at least 1024 columns) from 16, else 1024 columns, so that a few
     rows still spread over the GPU (a row's re-reads hit L2); 16 warps for rows of 8192 or more, else 8. H100,
-    act-order K = 4096 / 11008 / 14336 (RESULTS.md round25): 1.6-6.6x the column kernel from 256 rows (14336 at 256
-    rows 20.8 -> 7.2 us), 1.0-1.9x at 1-64."""
+    act-order K = 4096 / 11008 / 14336 (RESULTS.md round25): 1.50-6.96x the column kernel from 256 rows (14336 at 256
+    rows 20.5 -> 7.0 us; at 2048 rows within 1.12-1.20x of x's read and write at copy bandwidth), 1.05-1.81x at 1-64."""
     row = triton.next_power_of_2(max(k, 16))
     if row > GATHER_ROW_MAX:
         return None

@@ -597,7 +597,8 @@ def scales_first(cfg: dict[str, Any], has_zeros: bool, scaled: bool) -> bool:
     zeros first and the scales after them). H100, RESULTS.md round24: asymmetric g128 at 256 rows 1.18-1.19x on
     14336x4096 and 4096x4096, 1-9 % faster at 2-16 rows symmetric; the symmetric 64-row tile lost 9-12 % with it at
     256 rows. The fp16 forms that scale each weight (several groups per tile) always: g32 and g64, symmetric and
-    asymmetric, 3-9.5 % faster at 64 and 256 rows on the four Llama-3-8B projections and within 2 % at 2-16 (round25)."""
+    asymmetric, 1-9.5 % less time per call at 64 and 256 rows on the four Llama-3-8B projections (4-7 % per layer) and
+    within 3 % either way at 2-16 (round25)."""
     return bool(cfg.get("SCALES_FIRST", has_zeros or cfg["BLOCK_M"] < 64 or not scaled))
 
 

@@ -521,7 +521,7 @@ it (1.08-1.57x, g32 and g128: round 17's 0.47-0.73x timed each weight copy's act
 replayed graph, a benchmark fault). Act-order weights (x gathered in a launch of its own) keep it to
 ``pipelined_max_act_order`` rows: on the H100 g128 won to 320-384 rows on wide outputs but lost from 256 on
 14336x4096 (0.93x) and at 320-512 on narrow long-input ones (0.92-0.98x), g32 won to 256 (round24). With x gathered
-by whole rows (round25: 20.8 -> 7.2 us at 256 rows of 14336) g128 takes 0.76-0.87x the time of the next route at 384-512
+by whole rows (round25: 20.5 -> 7.0 us at 256 rows of 14336) g128 takes 0.76-0.87x the time of the next route at 384-512
 rows on 14336x4096 and 11008x4096, hence ``pipelined_max_act_order_long``, but 0.90-1.14x at 384 and 1.01-1.09x at
 512 on the wide outputs and 0.87-0.96x on 4096x4096 (which stops at 256 without act-order too). The AMD
 families use the measured NVIDIA values for the portable kernels until measured there. Since round 18 they run
