@@ -374,7 +374,7 @@ GATHER_BLOCK = 1024
 
 @triton.jit
 def _gather_whole_rows_kernel(x_ptr, idx_ptr, out_ptr, K, n_cols, stride_xm, stride_om, ROW: tl.constexpr,
-                        CHUNK: tl.constexpr):
+                              CHUNK: tl.constexpr):
     """`_gather_cols_kernel`'s ``out[m, j] = x[m, idx[j]]`` for CHUNK columns of row m, read the other way: the program
     loads row m whole (ROW >= K columns, coalesced) and gathers on chip (`tl.gather`, through shared memory). The
     column kernel's 2-byte loads from scattered addresses cost one L1 wavefront each (an act-order permutation
