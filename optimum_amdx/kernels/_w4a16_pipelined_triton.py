@@ -291,7 +291,11 @@ def _tile_groups_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE: tl.constexpr, CHU
 
 @triton.jit
 def _planes_of_groups(packed, groups, BLOCK_N: tl.constexpr, PTX: tl.constexpr = True):
-    """``W_tile^T`` [BLOCK_N, 128] fp16 in row order of a K tile's words `packed` and its `_tile_groups_h`."""
+    """`_w4a16_gemm_triton._dequant_tile` for fp16 activations: the weight operand ``W_tile^T`` [BLOCK_N, 128] in row
+    order of a K tile's words `packed` and its `_tile_groups_h`. PTX: `_planes` (inline PTX, NVIDIA); otherwise the same
+    arithmetic in Triton's own int16 and fp16 operations (`_plane_lo`, `_plane_hi`; AMD and the interpreter), which the
+    compilers pack two to a register (sm_90 PTX: as many ``f16x2`` operations as `_planes`; gfx942: 72 ``v_pk_*``),
+    with the same result bit for bit."""
     s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2, zh3, zl4, zh5, zl6, zh7 = groups
     if PTX:
         w0, w1 = _planes(packed, s0, s1, zl0, zh1, _PLANES_ASM_0)
@@ -302,34 +306,6 @@ def _planes_of_groups(packed, groups, BLOCK_N: tl.constexpr, PTX: tl.constexpr =
         w0, w1, w2, w3, w4, w5, w6, w7 = _planes_portable(packed, s0, s1, s2, s3, s4, s5, s6, s7, zl0, zh1, zl2, zh3,
                                                           zl4, zh5, zl6, zh7)
     return _tile_of_planes(w0, w1, w2, w3, w4, w5, w6, w7, BLOCK_N)
-
-
-@triton.jit
-def _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
-                    CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
-                    PTX: tl.constexpr = True):
-    """`_w4a16_gemm_triton._dequant_tile` for fp16 activations: the weight operand ``W_tile^T`` [BLOCK_N, 128]
-    of K tile k0 in row order, its groups loaded after `packed` (`_tile_groups_h`, `_planes_of_groups`). PTX:
-    `_planes` (inline PTX, NVIDIA); otherwise the same arithmetic in Triton's own int16 and fp16 operations
-    (`_plane_lo`, `_plane_hi`; AMD and the interpreter), which the compilers pack two to a register (sm_90 PTX: as
-    many ``f16x2`` operations as `_planes`; gfx942: 72 ``v_pk_*``), with the same result bit for bit."""
-    groups = _tile_groups_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N)
-    return _planes_of_groups(packed, groups, BLOCK_N, PTX)
-
-
-@triton.jit
-def _weight_operand(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N: tl.constexpr,
-                    GROUP_SIZE: tl.constexpr, CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr,
-                    EVEN_N: tl.constexpr, HALF_DEQ: tl.constexpr, PTX_DEQ: tl.constexpr = True):
-    """The dequantized ``W_tile^T`` [BLOCK_N, 128] of K tile k0 in row order: `_dequant_tile_h` (fp16; PTX_DEQ:
-    its inline-PTX form) with HALF_DEQ, else the fused GEMM's float32 `_dequant_tile`."""
-    if HALF_DEQ:
-        wt = _dequant_tile_h(packed, s_ptr, z_ptr, k0, offs_n, N, K, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K,
-                             EVEN_N, PTX_DEQ)
-    else:
-        wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
-                           HAS_ZEROS, EVEN_K, EVEN_N, True)
-    return wt
 
 
 @triton.jit
@@ -384,19 +360,18 @@ def _w4a16_pipelined_kernel(
             if not SCALES_FIRST:
                 s, _ = _scale_zero(s_ptr, z_ptr, g, offs_n, N, EVEN_N, HAS_ZEROS)
             acc += tl.dot(wq, x_t) * tl.reshape(s, [BLOCK_N])[:, None]
-    else:
+    else:  # each weight scaled: HALF_DEQ's fp16 planes, else the fused GEMM's float32 `_dequant_tile`
         for kt in range(kt0, kt1):
             k0 = kt * 128
-            if SCALES_FIRST and HALF_DEQ:  # the tile's groups before its words and activations, as the scaled form
+            if HALF_DEQ:  # the tile's groups before its words and activations (round25: 1-9.5 % less time, 64-256 rows)
                 groups = _tile_groups_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N)
-                packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
-                x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
+            packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
+            x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
+            if HALF_DEQ:
                 wt = _planes_of_groups(packed, groups, BLOCK_N, PTX_DEQ)
             else:
-                packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
-                x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
-                wt = _weight_operand(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE,
-                                     CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N, HALF_DEQ, PTX_DEQ)
+                wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
+                                   HAS_ZEROS, EVEN_K, EVEN_N, True)
             acc = tl.dot(wt, x_t, acc)
     _write_tile(acc, out_ptr, ws_ptr, cnt_ptr + pid, SPLIT, bias_ptr, offs_m, offs_n, m_mask, N, stride_om, SPLIT,
                 HAS_BIAS, BLOCK_N, BLOCK_M, ACCUM)
@@ -406,7 +381,7 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
     # tiles and launch options by the call's class (`pipelined_config`), from the H100 sweeps (RESULTS.md,
     # sections w4pipe, w4half, round16 and round17). K splits (`_w4a16_gemm_triton.split_k`, always
     # ``within_waves`` here): the most that keep (tiles x splits) within "waves" programs per SM, at least
-    # "min_k_tiles" K tiles per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_dequant_tile_h`).
+    # "min_k_tiles" K tiles per split. HALF_DEQ: fp16 activations take the fp16 dequantization (`_planes_of_groups`).
     # PTX_LOADS=False: the words are plain loads, which Triton's
     # pipeliner stages through shared memory with the activations (``cp.async``, num_stages buffers) and reads
     # back in the operand layout: more bytes in flight per program than the register loads, for one
@@ -592,14 +567,13 @@ def launch_plan(cfg: dict[str, Any], tiles: int, k_tiles: int, chunks: int, cus:
 
 
 def scales_first(cfg: dict[str, Any], has_zeros: bool, scaled: bool) -> bool:
-    """Whether a launch of `cfg` loads a K tile's scales and zeros before its words and activations (``SCALES_FIRST``),
-    unless the config says. The scaled form (``SCALE_AFTER``, `scaled`): with zeros, or below 64-row tiles (else the
-    zeros first and the scales after them). H100, RESULTS.md round24: asymmetric g128 at 256 rows 1.18-1.19x on
-    14336x4096 and 4096x4096, 1-9 % faster at 2-16 rows symmetric; the symmetric 64-row tile lost 9-12 % with it at
-    256 rows. The fp16 forms that scale each weight (several groups per tile) always: g32 and g64, symmetric and
-    asymmetric, 1-9.5 % less time per call at 64 and 256 rows on the four Llama-3-8B projections (4-7 % per layer) and
-    within 3 % either way at 2-16 (round25)."""
-    return bool(cfg.get("SCALES_FIRST", has_zeros or cfg["BLOCK_M"] < 64 or not scaled))
+    """``SCALES_FIRST`` of a launch of `cfg`: whether the scaled form (``SCALE_AFTER``, `scaled`) loads a K tile's
+    scales and zeros before its words and activations, else the zeros first and the scales after them: with zeros,
+    or below 64-row tiles, unless the config says (H100, RESULTS.md round24: asymmetric g128 at 256 rows 1.18-1.19x
+    on 14336x4096 and 4096x4096, 1-9 % faster at 2-16 rows symmetric; the symmetric 64-row tile lost 9-12 % with it
+    at 256 rows). False where the launch does not scale: the kernel reads it in the scaled form only, and the fp16
+    forms that scale each weight always load their groups first (round25)."""
+    return scaled and bool(cfg.get("SCALES_FIRST", has_zeros or cfg["BLOCK_M"] < 64))
 
 
 def pipelined_eligible(arch: str, w: "W4A16Weight", dtype: Optional[torch.dtype] = None) -> bool:
