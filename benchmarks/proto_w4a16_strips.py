@@ -1,0 +1,241 @@
+"""Prototype (issue 13, goals 1 and 4): a one-row W4A16 call with no split-K flush, by column strips.
+
+The shipped one-row kernel (`_w4a16_stream_kernel`, stream-K) gives every resident program an equal run of
+128 x 128 tiles. Programs share column blocks, so a call ends with the split-K flush: float32 atomics, a fence, a
+ticket and the last sharer's read-back. RESULTS.md round11 measured the flush at 1.30 us of an H100 call (the
+launch 1.15, the rest 0.46): on 4096x4096 (6.0 us) that is a fifth of the call, and a pure read of the weight's
+bytes takes 4.6 us.
+
+This prototype gives each program a strip of CW columns of one column block and the whole of K, so no two
+programs share an output and the sums meet only inside the program (one reduction through shared memory at the
+end, then a plain store). A strip of CW columns is CW * 64 contiguous bytes of every tile of its column block.
+Each loop step loads S tiles' strips at once (``[S, CW, 16]`` words) and the next step's before this one's math,
+so bytes in flight per program = 2 * S * CW * 64. The math is the shipped packed loop's (`_dot32`, fp16x2 products
+of (q - z) and x pairs, scaled per group in float32) on NVIDIA, or a float32 form elsewhere (the interpreter).
+Scope of the prototype: one row, fp16, groups that span whole tiles (g128, g-1), no act-order, K a multiple of 128.
+
+Prediction (H100): without the flush a call is about the pure read plus the math it hides, so 4096x4096
+6.0 -> about 4.8 us, and the 14336-class weights about 1.3 us less (14.3 -> 13.0).
+
+Usage:
+  python benchmarks/proto_w4a16_strips.py --check           (correctness; runs under TRITON_INTERPRET=1 too)
+  python benchmarks/proto_w4a16_strips.py --out F.json [--configs "CW,S,WARPS;..."]   (GPU: timings)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Optional
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from optimum_amdx.kernels._pdl import pdl_begin  # noqa: E402
+from optimum_amdx.kernels._w4a16_triton import _LDG_H_ASM, _bias_pairs, _dot32, _pair_h2  # noqa: E402
+from optimum_amdx.kernels.runtime import interpret_mode  # noqa: E402
+from optimum_amdx.kernels.w4a16 import W4A16Weight, pack_gptq_int32, prepare_gptq_weight  # noqa: E402
+
+TILE_WORDS = 128 * 16
+
+
+@triton.jit
+def _strip_sz(s_ptr, z_ptr, g, cols, N, HAS_ZEROS: tl.constexpr, ASM: tl.constexpr):
+    """Scales and zeros (float32) of group rows `g` ``[S, 1, 1]`` for columns `cols` ``[1, CW, 1]``; asm loads on
+    NVIDIA keep the weight block's layout (see `_col_sz`)."""
+    ptrs = g * N + tl.minimum(cols, N - 1)
+    if ASM:
+        s = tl.inline_asm_elementwise(_LDG_H_ASM, "=h,l", [s_ptr + ptrs], dtype=tl.float16, is_pure=True, pack=1)
+    else:
+        s = tl.load(s_ptr + ptrs)
+    if HAS_ZEROS:
+        if ASM:
+            z = tl.inline_asm_elementwise(_LDG_H_ASM, "=h,l", [z_ptr + ptrs], dtype=tl.float16, is_pure=True,
+                                          pack=1).to(tl.float32)
+        else:
+            z = tl.load(z_ptr + ptrs).to(tl.float32)
+    else:
+        z = tl.full(s.shape, 8.0, tl.float32)
+    return s.to(tl.float32), z
+
+
+@triton.jit
+def _strips_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, N, K, KT, GROUP_SIZE: tl.constexpr, CW: tl.constexpr,
+                   S: tl.constexpr, HAS_ZEROS: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr,
+                   FENCE: tl.constexpr = True):
+    STRIPS: tl.constexpr = 128 // CW
+    pid = tl.program_id(0)
+    nb = pid // STRIPS
+    c0 = (pid % STRIPS) * CW
+    offs_s = tl.arange(0, S)[:, None, None]
+    offs_c = tl.arange(0, CW)[None, :, None]
+    offs_r = tl.arange(0, 16)[None, None, :]
+    cols = nb * 128 + c0 + offs_c
+    w_base = qw_ptr + nb.to(tl.int64) * KT * 2048 + offs_s * 2048 + (c0 + offs_c) * 16 + offs_r
+    cur = tl.load(w_base, mask=offs_s < KT, other=0)
+    if PDL:
+        pdl_begin()
+    acc = tl.zeros([S, CW, 16], dtype=tl.float32)
+    for kt0 in range(0, KT, S):
+        kts = kt0 + offs_s
+        nxt = tl.load(w_base + (kt0 + S) * 2048, mask=kts + S < KT, other=0)
+        if FENCE:  # a branch never taken: ptxas schedules within a basic block and would sink `nxt` below the math
+            if kt0 < 0:
+                tl.store(out_ptr + kt0, 0.0)
+        ok = kts < KT
+        xrow = x_ptr + kts * 128 + offs_r
+        g = (kts * 128) // GROUP_SIZE
+        s, z = _strip_sz(s_ptr, z_ptr, tl.minimum(g, (K - 1) // GROUP_SIZE), cols, N, HAS_ZEROS, ASM)
+        if ASM:
+            x0 = _pair_h2(tl.load(xrow, mask=ok, other=0.0), tl.load(xrow + 64, mask=ok, other=0.0))
+            x1 = _pair_h2(tl.load(xrow + 16, mask=ok, other=0.0), tl.load(xrow + 80, mask=ok, other=0.0))
+            x2 = _pair_h2(tl.load(xrow + 32, mask=ok, other=0.0), tl.load(xrow + 96, mask=ok, other=0.0))
+            x3 = _pair_h2(tl.load(xrow + 48, mask=ok, other=0.0), tl.load(xrow + 112, mask=ok, other=0.0))
+            zl, zh = _bias_pairs(z, z)
+            acc = _dot32(acc, cur, x0, x1, x2, x3, zl, zh, zl, zh, s, s, s, s, 1)
+        else:
+            part = tl.zeros([S, CW, 16], dtype=tl.float32)
+            for j in tl.static_range(8):
+                q = ((cur >> (4 * j)) & 15).to(tl.float32)
+                xj = tl.load(xrow + 16 * j, mask=ok, other=0.0).to(tl.float32)
+                part += (q - z) * xj
+            acc += s * part
+        cur = nxt
+    res = tl.sum(tl.sum(acc, axis=2), axis=0)
+    offs_n = nb * 128 + c0 + tl.arange(0, CW)
+    tl.store(out_ptr + offs_n, res.to(out_ptr.dtype.element_ty), mask=offs_n < N)
+
+
+def strips_matmul(x: torch.Tensor, w: W4A16Weight, cw: int, s: int, warps: int, pdl: bool = False,
+                  out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``x @ W`` for one fp16 row by column strips (see the module docstring)."""
+    k, n = w.in_features, w.out_features
+    if x.shape != (1, k) or w.perm is not None or k % 128 or w.group_size % 128 or 128 % cw:
+        raise ValueError("the prototype takes one row, no act-order, K a multiple of 128, groups of whole tiles")
+    out = torch.empty(1, n, dtype=x.dtype, device=x.device) if out is None else out
+    nb = triton.cdiv(n, 128)
+    asm = x.is_cuda and torch.version.hip is None and not interpret_mode()
+    _strips_kernel[(nb * (128 // cw),)](
+        x, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, out, n, k, k // 128,
+        GROUP_SIZE=min(w.group_size, k), CW=cw, S=s, HAS_ZEROS=w.zeros is not None, ASM=asm, PDL=pdl and asm,
+        num_warps=warps, num_stages=1, launch_pdl=pdl and asm)
+    return out
+
+
+def random_weight(k: int, n: int, group: int, asym: bool, seed: int, device: str) -> W4A16Weight:
+    """A random 4-bit GPTQ weight (v1 zeros) prepared for the kernels."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q = torch.randint(0, 16, (k, n), generator=g, dtype=torch.int32)
+    n_groups = -(-k // group)
+    scales = (torch.rand(n_groups, n, generator=g) * 0.02 + 0.001).half()
+    zeros = (torch.randint(5, 11, (n_groups, n), generator=g, dtype=torch.int32) if asym
+             else torch.full((n_groups, n), 8, dtype=torch.int32))
+    g_idx = (torch.arange(k) // group).to(torch.int32)
+    return prepare_gptq_weight(pack_gptq_int32(q, 4, dim=0).to(device), pack_gptq_int32(zeros - 1, 4, dim=1).to(device),
+                               scales.to(device), g_idx.to(device), group_size=group)
+
+
+CHECK_CASES = [  # K, N, group, asym, CW, S, warps
+    (256, 128, 128, False, 32, 2, 4), (384, 200, 128, True, 16, 2, 4), (640, 256, 128, False, 64, 4, 4),
+    (512, 384, 512, True, 32, 8, 4)]
+
+
+def check(device: str) -> int:
+    """Every case against the float64 product of the dequantized weight; returns the number of failures."""
+    failures = 0
+    for i, (k, n, group, asym, cw, s, warps) in enumerate(CHECK_CASES):
+        w = random_weight(k, n, group, asym, seed=i, device=device)
+        x = torch.randn(1, k, generator=torch.Generator().manual_seed(100 + i)).half().to(device)
+        ref = x.double().cpu() @ w.dequantize().double().cpu()
+        got = strips_matmul(x, w, cw, s, warps).double().cpu()
+        err = (got - ref).abs().max().item()
+        tol = 2e-3 * ref.abs().max().item() + 1e-3
+        ok = err <= tol
+        failures += not ok
+        print(f"check K={k} N={n} g{group} {'asym' if asym else 'sym'} CW={cw} S={s}: max err {err:.2e} "
+              f"(tol {tol:.2e}) {'ok' if ok else 'FAIL'}", flush=True)
+    return failures
+
+
+SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 11008), (11008, 4096), (8192, 28672), (28672, 8192),
+          (4096, 6144), (4096, 28672)]
+CONFIGS = "16,8,8;16,4,8;32,4,8;32,8,16;16,16,16;64,4,16;64,4,8;16,4,4;32,4,4;32,8,8;128,2,8;64,2,8"
+"""CW,S,WARPS configs whose sm_90 build keeps the loop free of shared-memory layout conversions (Triton 3.7.1)."""
+
+
+def timings(configs: list[tuple[int, int, int]], shapes: list[tuple[int, int]], out_path: Optional[str],
+            pdls: tuple[bool, ...] = (True,)) -> None:
+    """The shipped one-row call (PDL as shipped, and off) against each strip config, graph-replayed, L2-cold."""
+    from bench_w4a16 import _clone, call_bytes
+    from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth
+    from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
+    from optimum_amdx.kernels import runtime
+    from optimum_amdx.kernels.w4a16 import w4a16_matmul
+
+    copy_bw = measure_copy_bandwidth()
+    result: dict[str, Any] = {"device": torch.cuda.get_device_name(), "uuid": str(torch.cuda.get_device_properties(0).uuid),
+                              "copy_GBps": copy_bw / 1e9, "rows": []}
+    print(f"{result['device']} {result['uuid']}, copy {copy_bw / 1e9:.0f} GB/s", flush=True)
+    names = ["shipped", "shipped_pdl_off"] + [f"strips_{c}_{s}_{wp}" + ("_pdl" if p else "") for c, s, wp in configs
+                                              for p in pdls]
+    print("| weight | " + " | ".join(names) + " |", flush=True)
+    for k, n in shapes:
+        w0 = random_weight(k, n, 128, False, seed=k + n, device="cuda")
+        x = torch.randn(1, k, device="cuda", dtype=torch.float16)
+        ws = [w0] + [_clone(w0) for _ in range(l2_cold_copies(w0.qweight.numel() * 4) - 1)]
+        ref = w4a16_matmul(x, w0).float()
+        row: dict[str, Any] = {"K": k, "N": n}
+        row["shipped"] = graph_ms([lambda w=w: w4a16_matmul(x, w) for w in ws]) * 1e3
+        saved = runtime.PDL_MAX_ROWS
+        runtime.PDL_MAX_ROWS = 0
+        try:
+            row["shipped_pdl_off"] = graph_ms([lambda w=w: w4a16_matmul(x, w) for w in ws]) * 1e3
+        finally:
+            runtime.PDL_MAX_ROWS = saved
+        for cw, s, warps in configs:
+            for pdl in pdls:
+                got = strips_matmul(x, w0, cw, s, warps, pdl).float()
+                err = (got - ref).abs().max().item() / max(ref.abs().max().item(), 1e-6)
+                name = f"strips_{cw}_{s}_{warps}" + ("_pdl" if pdl else "")
+                row[name] = graph_ms([lambda w=w: strips_matmul(x, w, cw, s, warps, pdl) for w in ws]) * 1e3
+                row[name + "_relerr"] = err
+        row["pct_copy"] = {name: 100 * call_bytes(w0, 1) / (row[name] * 1e-6) / copy_bw for name in names}
+        result["rows"].append(row)
+        best = min(names[2:], key=lambda nm: row[nm])
+        print(f"| {k}x{n} | " + " | ".join(f"{row[nm]:.2f}" for nm in names) + f" | best {best} "
+              f"{row[best]:.2f} us ({row['pct_copy'][best]:.1f} % of copy; shipped {row['pct_copy']['shipped']:.1f} %), "
+              f"max rel err {max(row[nm + '_relerr'] for nm in names[2:]):.1e} |", flush=True)
+        if out_path:
+            with open(out_path, "w") as f:
+                json.dump(result, f, indent=1)
+        del ws
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="correctness only (CPU under TRITON_INTERPRET=1, or GPU)")
+    parser.add_argument("--configs", default=CONFIGS, help="'CW,S,WARPS;...' strip configs to time")
+    parser.add_argument("--shapes", default=None, help="'KxN,...' (default: the Llama decode shapes)")
+    parser.add_argument("--pdl", default="on", choices=["on", "off", "both"],
+                        help="strip calls with programmatic dependent launch (as the shipped one-row call), without, or both")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.check or device == "cpu":
+        return 1 if check(device) else 0
+    configs = [tuple(int(v) for v in c.split(",")) for c in args.configs.split(";") if c]
+    shapes = SHAPES if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    if check(device):
+        return 1
+    pdls = {"on": (True,), "off": (False,), "both": (False, True)}[args.pdl]
+    timings(configs, shapes, args.out, pdls)  # type: ignore[arg-type]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
