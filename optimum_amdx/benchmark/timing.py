@@ -27,9 +27,16 @@ L2_DEFEAT_BYTES = 400 << 20
 L2 / Infinity Cache (H100 50 MB, H200 60 MB, MI300X 256 MB)."""
 
 
+WARMUP_SECONDS = 0.05
+"""On a GPU, `call_seconds` keeps calling past its `warmup` count until this much time has passed. The first
+measurement of a process read up to 15 % slow without it (H100, a 117 MB weight: 57 against 50 us per call,
+RESULTS.md round26): three warm-up calls of 50 us are not enough for the GPU to leave its idle state."""
+
+
 def call_seconds(fn: Callable[[], Any], device: str = "cuda", reps: int = 25, warmup: int = 3,
                  calls_per_mark: int = 1) -> float:
-    """Median seconds of one call of `fn` after `warmup` calls, over `reps` samples.
+    """Median seconds of one call of `fn` after `warmup` calls (on a GPU, and at least `WARMUP_SECONDS` of
+    them), over `reps` samples.
 
     A sample is the interval between two clock marks (`Clock`: device events on a GPU, the host clock
     on the CPU) around `calls_per_mark` back-to-back calls, divided by that count: 1 times each call
@@ -39,6 +46,11 @@ def call_seconds(fn: Callable[[], Any], device: str = "cuda", reps: int = 25, wa
     for _ in range(warmup):
         fn()
     clock.synchronize()
+    if clock.on_gpu and warmup:
+        until = time.perf_counter() + WARMUP_SECONDS
+        while time.perf_counter() < until:
+            fn()
+            clock.synchronize()
     times = []
     for _ in range(reps):
         start = clock.mark()

@@ -87,6 +87,32 @@ def test_call_seconds_is_the_median_per_call_after_warmup(monkeypatch):
     assert len(calls) == 4
 
 
+def test_call_seconds_on_a_gpu_warms_up_for_a_minimum_time(monkeypatch):
+    """On a GPU the warm-up goes on past its call count until `WARMUP_SECONDS` have passed (the first measurement of
+    a process read slow after three short calls, RESULTS.md round26); the CPU keeps the count alone (above)."""
+    clock = ScriptedTime()
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+
+    class GpuLikeClock(timing.Clock):
+        def __init__(self, device):
+            super().__init__("cpu")
+            self.on_gpu = True  # the warm-up rule's switch; marks stay on the (scripted) host clock
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(timing, "Clock", GpuLikeClock)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        clock.advance(0.004)
+
+    assert timing.call_seconds(fn, "cuda", reps=3, warmup=2) == pytest.approx(0.004)
+    # 2 counted warm-ups (8 ms), then calls until 50 ms more have passed (13 of 4 ms), then 3 timed calls
+    assert len(calls) == 2 + 13 + 3
+
+
 def _table(**available):
     return {name: {"available": ok, "reason": None if ok else "missing", "summary": ""}
             for name, ok in available.items()}
