@@ -522,9 +522,12 @@ def _xpairs_bf16(x_ptr, k0, offs_r):
 
 
 @triton.jit
-def _w4a16_xpack_kernel(x_ptr, perm_ptr, xp_ptr, K, n_pairs, HAS_PERM: tl.constexpr, BLOCK: tl.constexpr):
+def _w4a16_xpack_kernel(x_ptr, perm_ptr, xp_ptr, K, n_pairs, HAS_PERM: tl.constexpr, BLOCK: tl.constexpr,
+                        PDL: tl.constexpr = False):
     """The one-row activations of a call, once: pair ``i`` = (kt, J, r) holds sorted rows
-    ``kt*128 + J*16 + r`` and that + 64 (act-order: gathered through perm), zero past K, as fp16x2 bits."""
+    ``kt*128 + J*16 + r`` and that + 64 (act-order: gathered through perm), zero past K, as fp16x2 bits.
+    PDL: launched with programmatic dependent launch (as the stream kernel after it): the permutation (weight data)
+    is read before the wait, x after it, so the chain of one-row calls keeps overlapping across this launch."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = i < n_pairs
     row = pair_source(2 * i)  # the low half of word i: the W4A16 pair order (`_pairs`)
@@ -536,6 +539,8 @@ def _w4a16_xpack_kernel(x_ptr, perm_ptr, xp_ptr, K, n_pairs, HAS_PERM: tl.conste
     else:
         c_lo = row
         c_hi = row + 64
+    if PDL:
+        pdl_begin()
     tl.store(xp_ptr + i, _pair_h2(tl.load(x_ptr + c_lo, mask=lo_ok, other=0.0),
                                   tl.load(x_ptr + c_hi, mask=hi_ok, other=0.0)), mask=mask)
 
@@ -1142,9 +1147,10 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         xp = x2.view(torch.int32)
     elif xprep:
         xp = torch.empty(kt * 64, dtype=torch.int32, device=x2.device)
+        xpack_pdl = pdl_for(x2, "w4a16", m)
         _w4a16_xpack_kernel[(triton.cdiv(kt * 64, XPACK_BLOCK),)](
             x2, w.perm if w.perm is not None else w.qweight, xp, k, kt * 64, HAS_PERM=w.perm is not None,
-            BLOCK=XPACK_BLOCK, num_warps=4)
+            BLOCK=XPACK_BLOCK, PDL=xpack_pdl, num_warps=4, launch_pdl=xpack_pdl)
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
            bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead, pdl,

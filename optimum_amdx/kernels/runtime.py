@@ -107,7 +107,8 @@ def tensor_family(t: "torch.Tensor") -> str:
 
 PDL_KERNELS = ("rmsnorm", "silu_mul", "rope_cache", "attention", "split_reduce", "skinny", "w4a16")
 """The kernels that take part in programmatic dependent launch (`pdl_enabled`; "w4a16" is the one-row
-stream kernel: the pipelined kernel never serves one row)."""
+stream kernel and the launch that prepares its act-order activation pairs: the pipelined kernel never serves one
+row)."""
 PDL_MAX_ROWS = 1
 """Launches of more rows (tokens) than this run without programmatic dependent launch. Decode step on an
 H200 (RESULTS.md round10), off -> on: one row 2.6-3.9 % faster in fp16 and 7.3-8.8 % with GPTQ weights

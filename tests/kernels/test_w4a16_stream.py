@@ -35,6 +35,36 @@ def test_xpack_pairs_rows_64_apart_in_sorted_order():
         assert torch.equal(halves[..., 0], t[:, 0].cpu()) and torch.equal(halves[..., 1], t[:, 1].cpu())
 
 
+_XPACK_PDL_BUILD = r"""
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from optimum_amdx.kernels._w4a16_triton import XPACK_BLOCK, _w4a16_xpack_kernel
+
+sig = {"x_ptr": "*fp16", "perm_ptr": "*i32", "xp_ptr": "*i32", "K": "i32", "n_pairs": "i32", "HAS_PERM": "constexpr",
+       "BLOCK": "constexpr", "PDL": "constexpr"}
+for pdl in (False, True):
+    c = triton.compile(ASTSource(_w4a16_xpack_kernel, sig, {"HAS_PERM": True, "BLOCK": XPACK_BLOCK, "PDL": pdl}),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    body = c.asm["ptx"].split("griddepcontrol.wait")
+    print(int(pdl), len(body) - 1, body[0].count("ld.global.b32") + body[0].count("ld.global.v4.b32"),
+          body[-1].count("ld.global.b16"))
+"""
+
+
+def test_xpack_with_pdl_reads_the_permutation_before_its_wait():
+    """Launched with programmatic dependent launch (one row on sm_90, as the stream kernel after it), the act-order
+    pairs' launch waits for the previous kernel only before it reads x: the permutation, weight data, comes first;
+    without PDL (AMD, the interpreter, switched off) there is no wait (sm_90 PTX, Triton's bundled ptxas)."""
+    from .sm90_build import sm90_build_stdout
+
+    rows = {int(r[0]): [int(v) for v in r[1:]] for r in
+            (line.split() for line in sm90_build_stdout(_XPACK_PDL_BUILD, timeout=300).splitlines() if line.strip())}
+    assert rows[0][0] == 0
+    waits, perm_loads_before, x_loads_after = rows[1]
+    assert waits == 1 and perm_loads_before > 0 and x_loads_after > 0
+
+
 def test_pair_order_is_what_the_xpack_kernel_builds():
     """`w4a16.pair_order`: a row put in that order, read as int32 words, is the prepared pairs of the one-row
     loop (what `rms_norm(..., paired=True)` and `silu_and_mul(..., paired=True)` hand it instead)."""
