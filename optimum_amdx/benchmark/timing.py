@@ -28,9 +28,9 @@ L2 / Infinity Cache (H100 50 MB, H200 60 MB, MI300X 256 MB)."""
 
 
 WARMUP_SECONDS = 0.05
-"""On a GPU, `call_seconds` keeps calling past its `warmup` count until this much time has passed. The first
-measurement of a process read up to 15 % slow without it (H100, a 117 MB weight: 57 against 50 us per call,
-RESULTS.md round26): three warm-up calls of 50 us are not enough for the GPU to leave its idle state."""
+"""On a GPU, `call_seconds` keeps calling past its `warmup` count until this much time has passed. Without it the
+first reading on a freshly made large weight was up to 15 % slow (H100, a 117 MB weight: 57 against 50 us per call,
+RESULTS.md round26): three warm-up calls, 0.5 ms of work, did not cover the transient."""
 
 
 def call_seconds(fn: Callable[[], Any], device: str = "cuda", reps: int = 25, warmup: int = 3,
