@@ -17,6 +17,14 @@ Scope of the prototype: one row, fp16, groups that span whole tiles (g128, g-1),
 Prediction (H100): without the flush a call is about the pure read plus the math it hides, so 4096x4096
 6.0 -> about 4.8 us, and the 14336-class weights about 1.3 us less (14.3 -> 13.0).
 
+Outcome (RESULTS.md round26, section 4): at best a tie, up to 1.18x slower on tall weights; not kept. With
+programmatic dependent launch the shipped call's flush is mostly off the chain's critical path, and strips hold
+fewer bytes in flight per SM than the stream kernel's tiles.
+
+Known defect: the packed math (`_dot32`) sums four words per asm instance under the first one's column scale, which
+holds only where Triton gives each thread four consecutive words of one column. The g512 check case (CW 32, S 8,
+4 warps) got another layout on the GPU and fails there; every timed config matched the shipped call.
+
 Usage:
   python benchmarks/proto_w4a16_strips.py --check           (correctness; runs under TRITON_INTERPRET=1 too)
   python benchmarks/proto_w4a16_strips.py --out F.json [--configs "CW,S,WARPS;..."]   (GPU: timings)
