@@ -925,8 +925,11 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # wider): programs of 4 warps, 8 per SM instead of 4 of 8 warps, so twice the tiles in flight (H200,
     # RESULTS.md round11: 8192x28672 62.3 -> 65.1 % of copy, 4096x28672 23.7 -> 22.1 us; fewer tiles lose:
     # more sharers per column block, and group 32 lost everywhere).
+    # Wide flushed calls also take their x pairs prepared by a launch of their own ("wide_xprep", `prepared_pairs`):
+    # the loop then loads them as plain words, no byte permutes (RESULTS.md round26: 4096x28672 and 8192x28672
+    # 1.6-5 % faster on an H100, 8-9 % on an H200; narrower calls lose the launch, 0.6-1.5 us).
     "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8, "wide_min_units_per_cu": 40,
-                   "wide_num_warps": 4},
+                   "wide_num_warps": 4, "wide_xprep": True},
                16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8},
                64: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 8},
                255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8}},
@@ -989,6 +992,20 @@ def is_wide(cfg: dict[str, Any], n_units: int, chunks: int, cus: int) -> bool:
 def wide_rule(cfg: dict[str, Any], n_units: int, chunks: int, cus: int) -> dict[str, Any]:
     """`cfg` with ``wide_num_warps`` as its warps on a wide one-row call (`is_wide`)."""
     return dict(cfg, num_warps=cfg["wide_num_warps"]) if is_wide(cfg, n_units, chunks, cus) else cfg
+
+
+def prepared_pairs(cfg: dict[str, Any], packed: bool, bf16_pairs: bool, paired: bool, lookahead: bool, perm: bool,
+                   even_k: bool, wide: bool, accumulate: bool) -> bool:
+    """Whether a stream call's packed loop reads prepared x pairs (``XPREP``) instead of building them from x in the
+    loop: only on the packed fp16 loop (bf16 builds its pairs in the loop); a `paired` input is its own pairs (no
+    launch); otherwise a launch of their own prepares them (`_w4a16_xpack_kernel`) where the loop cannot build them
+    (act-order: gathered through `perm`; K off the tiles), where the look-ahead form needs them, where the config asks
+    (``XPREP``), and on a wide flushed call whose config names ``wide_xprep`` (`is_wide`; the decode step's
+    accumulating calls are not changed)."""
+    if not packed or bf16_pairs:
+        return False
+    return (paired or lookahead or perm or not even_k or bool(cfg.get("XPREP", False))
+            or (wide and not accumulate and bool(cfg.get("wide_xprep", False))))
 
 
 def launch_options(cfg: dict[str, Any], arch: str) -> dict[str, Any]:
@@ -1138,8 +1155,8 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     half_loop = not packed and half_loop_route(cfg, x2.dtype, w.perm is not None)
     lookahead = packed and not bf16_pairs and bool(cfg.get("LOOKAHEAD", False))
     pdl = not lookahead and pdl_for(x2, "w4a16", m)
-    xprep = packed and not bf16_pairs and (paired or lookahead or w.perm is not None or k % TILE_K != 0
-                                           or bool(cfg.get("XPREP", False)))
+    xprep = prepared_pairs(cfg, packed, bf16_pairs, paired, lookahead, w.perm is not None, k % TILE_K == 0, wide,
+                           accumulate)
     xp = w.qweight
     if paired:
         if not packed or bf16_pairs or m != 1 or w.perm is not None or k % TILE_K:

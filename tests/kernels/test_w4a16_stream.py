@@ -285,6 +285,25 @@ def test_paired_one_row_accumulates_what_the_plain_row_does(k, n, group, sym):
     assert (paired.double() - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
 
 
+def test_prepared_pairs_where_the_loop_cannot_build_them_and_on_wide_flushed_calls():
+    """`prepared_pairs`: the packed fp16 loop reads prepared pairs for a paired input, act-order, ragged K, the
+    look-ahead form, a config that asks, and (hopper's ``wide_xprep``) a wide flushed call; not on a narrower call, an
+    accumulating one, bf16 pairs or any loop that is not the packed one."""
+    from optimum_amdx.kernels._w4a16_triton import prepared_pairs, stream_config
+
+    cfg = stream_config("sm_90", 1)
+    plain = dict(packed=True, bf16_pairs=False, paired=False, lookahead=False, perm=False, even_k=True, wide=False,
+                 accumulate=False)
+    assert not prepared_pairs(cfg, **plain)
+    for key, value in (("paired", True), ("lookahead", True), ("perm", True), ("even_k", False), ("wide", True)):
+        assert prepared_pairs(cfg, **dict(plain, **{key: value})), key
+    assert prepared_pairs(dict(cfg, XPREP=True), **plain)
+    assert not prepared_pairs(cfg, **dict(plain, wide=True, accumulate=True))
+    assert not prepared_pairs(stream_config("gfx942", 1), **dict(plain, wide=True))  # no wide_xprep there
+    assert not prepared_pairs(cfg, **dict(plain, packed=False, perm=True))
+    assert not prepared_pairs(cfg, **dict(plain, bf16_pairs=True, wide=True))
+
+
 def test_wide_one_row_calls_take_smaller_programs():
     """The hopper one-row config: 4-warp programs only for one scale group per tile and at least
     `wide_min_units_per_cu` tiles per SM (4096x28672: 7168 tiles on 132 SMs); otherwise unchanged."""
