@@ -89,7 +89,8 @@ def test_call_seconds_is_the_median_per_call_after_warmup(monkeypatch):
 
 def test_call_seconds_on_a_gpu_warms_up_for_a_minimum_time(monkeypatch):
     """On a GPU the warm-up goes on past its call count until `WARMUP_SECONDS` have passed (the first reading on a
-    freshly made large weight was slow after three short calls, RESULTS.md round26); the CPU keeps the count alone (above)."""
+    freshly made large weight was slow after three short calls, RESULTS.md round26); the CPU keeps the count alone
+    (above)."""
     clock = ScriptedTime()
     monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
 
