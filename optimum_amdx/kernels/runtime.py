@@ -113,7 +113,9 @@ PDL_MAX_ROWS = 1
 """Launches of more rows (tokens) than this run without programmatic dependent launch. Decode step on an
 H200 (RESULTS.md round10), off -> on: one row 2.6-3.9 % faster in fp16 and 7.3-8.8 % with GPTQ weights
 (Llama-3-8B, Llama-2-7B shapes); from 4 rows the effect is mixed (fp16 up to 3.1 % slower at 4 rows and
-1.5 % at 16; GPTQ 1.5-4.3 % faster on Llama-3-8B but 2.3 % slower at 64 rows on Llama-2-7B)."""
+1.5 % at 16; GPTQ 1.5-4.3 % faster on Llama-3-8B but 2.3 % slower at 64 rows on Llama-2-7B). Round 26 (H100) let
+dependents launch only as each kernel's programs exit, above one row: no longer a loss in fp16 at 16 rows, but no
+gain either (GPTQ 1.4-1.7 % slower at 16, within 1 % at 64; RESULTS.md round26, 7)."""
 _PDL: dict[str, Any] = {"on": os.environ.get("OPTIMUM_AMDX_PDL", "1") not in ("", "0"), "off": frozenset()}
 
 
