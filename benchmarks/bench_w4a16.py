@@ -36,21 +36,23 @@ BATCH_SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
 BATCH_MS = [1, 2, 4, 8, 16, 17, 32, 64, 128, 255, 256, 1024, 2048]
 
 
-def random_gptq(k: int, n: int, group: int, act_order: bool, seed: int, asym: bool = False) -> tuple[W4A16Weight, dict]:
-    """A random 4-bit GPTQ layer (v1 format) prepared for the kernels, on the GPU, and its raw codes."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randint(0, 16, (k, n), device="cuda", generator=g, dtype=torch.int32)
+def random_gptq(k: int, n: int, group: int, act_order: bool, seed: int, asym: bool = False,
+                device: str = "cuda") -> tuple[W4A16Weight, dict]:
+    """A random 4-bit GPTQ layer (v1 format) prepared for the kernels, on `device` (the GPU; "cpu" for the
+    interpreter), and its raw codes."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    q = torch.randint(0, 16, (k, n), device=device, generator=g, dtype=torch.int32)
     n_groups = k // group
-    scales = (torch.rand(n_groups, n, device="cuda", generator=g) * 0.02 + 0.001).half()
-    zeros = (torch.randint(5, 11, (n_groups, n), device="cuda", generator=g, dtype=torch.int32) if asym
-             else torch.full((n_groups, n), 8, device="cuda", dtype=torch.int32))
+    scales = (torch.rand(n_groups, n, device=device, generator=g) * 0.02 + 0.001).half()
+    zeros = (torch.randint(5, 11, (n_groups, n), device=device, generator=g, dtype=torch.int32) if asym
+             else torch.full((n_groups, n), 8, device=device, dtype=torch.int32))
     qzeros = pack_gptq_int32(zeros - 1, 4, dim=1)
     if act_order:
-        perm = torch.randperm(k, device="cuda", generator=g)
-        g_idx = torch.empty(k, dtype=torch.int32, device="cuda")
-        g_idx[perm] = (torch.arange(k, device="cuda") // group).to(torch.int32)
+        perm = torch.randperm(k, device=device, generator=g)
+        g_idx = torch.empty(k, dtype=torch.int32, device=device)
+        g_idx[perm] = (torch.arange(k, device=device) // group).to(torch.int32)
     else:
-        g_idx = (torch.arange(k, device="cuda") // group).to(torch.int32)
+        g_idx = (torch.arange(k, device=device) // group).to(torch.int32)
     w = prepare_gptq_weight(pack_gptq_int32(q, 4, dim=0), qzeros, scales, g_idx, group_size=group)
     return w, {"q": q, "scales": scales, "zeros": zeros, "group": group}
 

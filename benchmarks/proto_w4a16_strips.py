@@ -47,7 +47,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from optimum_amdx.kernels._pdl import pdl_begin  # noqa: E402
 from optimum_amdx.kernels._w4a16_triton import _LDG_H_ASM, _bias_pairs, _dot32, _pair_h2  # noqa: E402
 from optimum_amdx.kernels.runtime import interpret_mode  # noqa: E402
-from optimum_amdx.kernels.w4a16 import W4A16Weight, pack_gptq_int32, prepare_gptq_weight  # noqa: E402
+from optimum_amdx.kernels.w4a16 import W4A16Weight  # noqa: E402
+
+from bench_w4a16 import _clone, call_bytes, random_gptq  # noqa: E402 - this folder is on sys.path
 
 TILE_WORDS = 128 * 16
 
@@ -169,19 +171,6 @@ def strips_matmul(x: torch.Tensor, w: W4A16Weight, cw: int, s: int, warps: int, 
     return out
 
 
-def random_weight(k: int, n: int, group: int, asym: bool, seed: int, device: str) -> W4A16Weight:
-    """A random 4-bit GPTQ weight (v1 zeros) prepared for the kernels."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    q = torch.randint(0, 16, (k, n), generator=g, dtype=torch.int32, device=device)
-    n_groups = -(-k // group)
-    scales = (torch.rand(n_groups, n, generator=g, device=device) * 0.02 + 0.001).half()
-    zeros = (torch.randint(5, 11, (n_groups, n), generator=g, dtype=torch.int32, device=device) if asym
-             else torch.full((n_groups, n), 8, dtype=torch.int32, device=device))
-    g_idx = (torch.arange(k, device=device) // group).to(torch.int32)
-    return prepare_gptq_weight(pack_gptq_int32(q, 4, dim=0), pack_gptq_int32(zeros - 1, 4, dim=1), scales, g_idx,
-                               group_size=group)
-
-
 CHECK_CASES = [  # K, N, group, asym, CW, S, warps
     (256, 128, 128, False, 32, 2, 4), (384, 200, 128, True, 16, 2, 4), (640, 256, 128, False, 64, 4, 4),
     (512, 384, 512, True, 32, 8, 4)]
@@ -191,7 +180,7 @@ def check(device: str) -> int:
     """Every case against the float64 product of the dequantized weight; returns the number of failures."""
     failures = 0
     for i, (k, n, group, asym, cw, s, warps) in enumerate(CHECK_CASES):
-        w = random_weight(k, n, group, asym, seed=i, device=device)
+        w = random_gptq(k, n, group, False, seed=i, asym=asym, device=device)[0]
         x = torch.randn(1, k, generator=torch.Generator().manual_seed(100 + i)).half().to(device)  # CPU draw: same x on any device
         ref = x.double().cpu() @ w.dequantize().double().cpu()
         got = strips_matmul(x, w, cw, s, warps).double().cpu()
@@ -219,7 +208,6 @@ def _name(config: tuple[int, ...], pdl: bool) -> str:
 def timings(configs: list[tuple[int, ...]], shapes: list[tuple[int, int]], out_path: Optional[str],
             pdls: tuple[bool, ...] = (True,)) -> None:
     """The shipped one-row call (PDL as shipped, and off) against each strip config, graph-replayed, L2-cold."""
-    from bench_w4a16 import _clone, call_bytes
     from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth
     from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
     from optimum_amdx.kernels import runtime
@@ -232,7 +220,7 @@ def timings(configs: list[tuple[int, ...]], shapes: list[tuple[int, int]], out_p
     names = ["shipped", "shipped_pdl_off"] + [_name(c, p) for c in configs for p in pdls]
     print("| weight | " + " | ".join(names) + " |", flush=True)
     for k, n in shapes:
-        w0 = random_weight(k, n, 128, False, seed=k + n, device="cuda")
+        w0 = random_gptq(k, n, 128, False, seed=k + n)[0]
         x = torch.randn(1, k, device="cuda", dtype=torch.float16)
         ws = [w0] + [_clone(w0) for _ in range(l2_cold_copies(w0.qweight.numel() * 4) - 1)]
         ref = w4a16_matmul(x, w0).float()

@@ -1154,7 +1154,8 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     bf16_pairs = packed and x2.dtype == torch.bfloat16  # built in the loop: no prepared pairs, no look-ahead
     half_loop = not packed and half_loop_route(cfg, x2.dtype, w.perm is not None)
     lookahead = packed and not bf16_pairs and bool(cfg.get("LOOKAHEAD", False))
-    pdl = not lookahead and pdl_for(x2, "w4a16", m)
+    pdl_ok = pdl_for(x2, "w4a16", m)  # the look-ahead loop takes no PDL; the pairs' launch before it still does
+    pdl = not lookahead and pdl_ok
     xprep = prepared_pairs(cfg, packed, bf16_pairs, paired, lookahead, w.perm is not None, k % TILE_K == 0, wide,
                            accumulate)
     xp = w.qweight
@@ -1164,10 +1165,9 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         xp = x2.view(torch.int32)
     elif xprep:
         xp = torch.empty(kt * 64, dtype=torch.int32, device=x2.device)
-        xpack_pdl = pdl_for(x2, "w4a16", m)
         _w4a16_xpack_kernel[(triton.cdiv(kt * 64, XPACK_BLOCK),)](
             x2, w.perm if w.perm is not None else w.qweight, xp, k, kt * 64, HAS_PERM=w.perm is not None,
-            BLOCK=XPACK_BLOCK, PDL=xpack_pdl, num_warps=4, launch_pdl=xpack_pdl)
+            BLOCK=XPACK_BLOCK, PDL=pdl_ok, num_warps=4, launch_pdl=pdl_ok)
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
            bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead, pdl,
