@@ -26,7 +26,8 @@ holds only where Triton gives each thread four consecutive words of one column. 
 4 warps) got another layout on the GPU and fails there; every timed config matched the shipped call.
 
 Usage:
-  python benchmarks/proto_w4a16_strips.py --check           (correctness; runs under TRITON_INTERPRET=1 too)
+  python benchmarks/proto_w4a16_strips.py --check           (correctness; runs under TRITON_INTERPRET=1 too, with
+                                                            Triton 3.7 or later: 3.6's interpreter rejects its loop)
   python benchmarks/proto_w4a16_strips.py --out F.json [--configs "CW,S,WARPS;..."]   (GPU: timings)
 """
 
