@@ -15,7 +15,8 @@ on a 14336-wide g128 weight, once with the shipped grid (programs split column b
 float32-atomic flush, the fence and the ticket) and once with one program per column block
 (`programs` = N / 128: whole blocks, direct stores, no flush); a line fitted to each gives its
 intercept, and the difference of the two intercepts is what the split-K flush costs.
-Usage: python benchmarks/bench_w4a16_gemv.py --out gemv.json [--quick | --fixed-cost]
+Usage: python benchmarks/bench_w4a16_gemv.py --out gemv.json [--quick | --fixed-cost | --sweep-only [--sweep JSON]
+[--sweep-shapes JSON]]
 """
 
 from __future__ import annotations
@@ -113,8 +114,18 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="activations of the knob sweep (bf16: the packed loop scales each K tile's x into fp16)")
     parser.add_argument("--sweep", help="the knob sweep's configs as a JSON list of dicts merged over the shipped "
                         "one-row config (default: the built-in list); e.g. '[{}, {\"maxnreg\": 48}]'")
+    parser.add_argument("--sweep-shapes", help="the knob sweep's weights as a JSON list of [K, N, group, act_order] "
+                        "(default: the built-in eight); e.g. '[[4096, 4096, 128, true]]'")
     args = parser.parse_args(argv)
     sweep = SWEEP
+    sweep_shapes = SWEEP_SHAPES
+    if args.sweep_shapes:
+        try:
+            sweep_shapes = [tuple(s) for s in json.loads(args.sweep_shapes)]
+        except (json.JSONDecodeError, TypeError) as exc:
+            parser.error(f"--sweep-shapes is not a JSON list of lists ({exc}); e.g. '[[4096, 4096, 128, true]]'")
+        if not sweep_shapes or not all(len(s) == 4 and all(isinstance(v, int) for v in s[:3]) for s in sweep_shapes):
+            parser.error("--sweep-shapes takes [K, N, group, act_order] per weight, e.g. '[[4096, 4096, 128, true]]'")
     if args.sweep:
         try:
             sweep = json.loads(args.sweep)
@@ -152,7 +163,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               f"{row['packed_pct']:5.1f}%", flush=True)
         del w
     if not (args.quick or args.no_sweep):
-        for k, n, group, act in SWEEP_SHAPES:
+        for k, n, group, act in sweep_shapes:
             w, _ = random_gptq(k, n, group, act, seed=k + n + group + int(act), asym=act)
             for extra in sweep:
                 cfg = dict(base, **extra)
