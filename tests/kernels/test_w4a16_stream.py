@@ -304,6 +304,23 @@ def test_prepared_pairs_where_the_loop_cannot_build_them_and_on_wide_flushed_cal
     assert not prepared_pairs(cfg, **dict(plain, bf16_pairs=True, wide=True))
 
 
+def test_one_row_calls_reading_prepared_pairs_take_smaller_programs_from_16_tiles_per_sm():
+    """`xprep_rule` (hopper): 4-warp programs for a flushed packed one-row call that reads prepared pairs, one scale
+    group per tile, at least ``xprep_min_units_per_cu`` tiles per SM (act-order 4096x11008: 2752 tiles on 132 SMs);
+    not for 4096x4096 (1024 tiles), group 32, calls that build their pairs in the loop, the decode step's
+    accumulating calls, or a family without the keys."""
+    from optimum_amdx.kernels._w4a16_triton import stream_config, xprep_rule
+
+    cfg = stream_config("sm_90", 1)
+    assert cfg["xprep_num_warps"] == 4 and cfg["xprep_min_units_per_cu"] == 16
+    assert xprep_rule(cfg, True, False, 2752, 1, 132)["num_warps"] == 4
+    assert xprep_rule(cfg, True, False, 1024, 1, 132)["num_warps"] == 8
+    assert xprep_rule(cfg, True, False, 3584, 4, 132)["num_warps"] == 8
+    assert xprep_rule(cfg, False, False, 3584, 1, 132)["num_warps"] == 8
+    assert xprep_rule(cfg, True, True, 3584, 1, 132)["num_warps"] == 8
+    assert xprep_rule(stream_config("gfx942", 1), True, False, 3584, 1, 304) == stream_config("gfx942", 1)
+
+
 def test_wide_one_row_calls_take_smaller_programs():
     """The hopper one-row config: 4-warp programs only for one scale group per tile and at least
     `wide_min_units_per_cu` tiles per SM (4096x28672: 7168 tiles on 132 SMs); otherwise unchanged."""
