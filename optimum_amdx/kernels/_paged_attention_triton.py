@@ -310,6 +310,17 @@ def _paged_tile(
 
 
 @triton.jit
+def _out_ptrs(out_ptr, cols_ptr, token, head, offs_d, stride_ot, stride_oh, mask, HEAD_DIM: tl.constexpr,
+              OUT_COLS: tl.constexpr):
+    """Where rows (`token`, `head`) x `offs_d` of the result go: ``[token, head, d]``, or with OUT_COLS column
+    ``cols[head * HEAD_DIM + d]`` of the token's flattened row (``out_cols`` of `paged_attention.unified_attention`)."""
+    if OUT_COLS:
+        col = tl.load(cols_ptr + head[:, None] * HEAD_DIM + offs_d[None, :], mask=mask, other=0)
+        return out_ptr + token[:, None] * stride_ot + col
+    return out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+
+
+@triton.jit
 def _unified_attention_kernel(
     q_ptr,
     k_cache_ptr,
@@ -322,6 +333,7 @@ def _unified_attention_kernel(
     seq_lens_ptr,
     qsl_ptr,
     first_pages_ptr,
+    out_cols_ptr,
     qk_scale,
     softcap_log2,
     sliding_window,
@@ -355,6 +367,7 @@ def _unified_attention_kernel(
     SEQS_PAD: tl.constexpr = 0,
     HEADS_FIRST: tl.constexpr = False,
     RUNS: tl.constexpr = False,
+    OUT_COLS: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
         pdl_begin()
@@ -448,7 +461,8 @@ def _unified_attention_kernel(
     result = acc / l_safe[:, None]
     store_mask = row_valid[:, None] & d_mask[None, :]
     if NUM_SPLITS == 1:
-        o_ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+        o_ptrs = _out_ptrs(out_ptr, out_cols_ptr, token, head, offs_d, stride_ot, stride_oh, store_mask, HEAD_DIM,
+                           OUT_COLS)
         tl.store(o_ptrs, result.to(out_ptr.dtype.element_ty), mask=store_mask)
     else:
         row = token * num_heads + head
@@ -478,7 +492,8 @@ def _unified_attention_kernel(
                     part = tl.load(part_out_ptr + ((row * NUM_SPLITS + s) * HEAD_DIM_PAD)[:, None] + offs_d[None, :],
                                    mask=store_mask, other=0.0)
                     total += part * tl.exp2(lse_s - m_all)[:, None]
-                o_ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+                o_ptrs = _out_ptrs(out_ptr, out_cols_ptr, token, head, offs_d, stride_ot, stride_oh, store_mask,
+                                   HEAD_DIM, OUT_COLS)
                 tl.store(o_ptrs, (total / denom[:, None]).to(out_ptr.dtype.element_ty), mask=store_mask)
                 tl.atomic_xchg(counter_ptr + slot, 0, sem="relaxed")  # the launch's end orders it
 
@@ -488,6 +503,7 @@ def _split_reduce_kernel(
     part_out_ptr,
     part_lse_ptr,
     out_ptr,
+    out_cols_ptr,
     num_heads,
     stride_ot,
     stride_oh,
@@ -496,6 +512,7 @@ def _split_reduce_kernel(
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PAD: tl.constexpr,
     PDL: tl.constexpr = False,
+    OUT_COLS: tl.constexpr = False,
 ):
     if PDL:
         pdl_begin()
@@ -517,7 +534,12 @@ def _split_reduce_kernel(
         other=0.0,
     )
     o = tl.sum(parts * w[:, None], 0) / denom
-    tl.store(out_ptr + token * stride_ot + head * stride_oh + offs_d, o.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
+    d_mask = offs_d < HEAD_DIM
+    if OUT_COLS:  # the token's flattened row in the consumer's column order (see `_out_ptrs`)
+        o_ptrs = out_ptr + token * stride_ot + tl.load(out_cols_ptr + head * HEAD_DIM + offs_d, mask=d_mask, other=0)
+    else:
+        o_ptrs = out_ptr + token * stride_ot + head * stride_oh + offs_d
+    tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=d_mask)
 
 
 def reshape_and_cache_triton(
@@ -590,10 +612,11 @@ def unified_attention_triton(
     softcap: float | None = None,
     fused_reduce: bool | None = None,
     first_pages: torch.Tensor | None = None,
+    out_cols: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one.
 
-    first_pages: see `paged_attention.unified_attention`.
+    first_pages, out_cols: see `paged_attention.unified_attention`.
 
     fused_reduce: with splits, the last split program of each (query block, KV head) combines them in
     the same launch (when `split_counters` can serve it) instead of a second kernel. Off unless asked:
@@ -613,6 +636,8 @@ def unified_attention_triton(
     for t in (q, k_cache, v_cache, out):
         if t.stride(-1) != 1:
             raise ValueError("unified_attention: the last dimension of q/caches/out must be contiguous")
+    if out_cols is not None and out.stride(1) != head_dim:
+        raise ValueError("unified_attention: out_cols needs each token's row of out contiguous")
     cfg = dict(config) if config is not None else unified_config(family, head_dim_pad, num_qpk, max_query_len)
     consts, launch = split_launch_options(cfg)
     block_m = consts["BLOCK_M"]
@@ -640,7 +665,7 @@ def unified_attention_triton(
     _unified_attention_kernel[grid](
         q, k_cache, v_cache, out, part_out, part_lse, counters if counters is not None else seq_lens,
         block_tables, seq_lens, query_start_loc, first_pages if first_pages is not None else seq_lens,
-        scale / softcap if softcap else scale * LOG2E, float(softcap or 0.0) * LOG2E, int(sliding_window or 0),
+        out_cols if out_cols is not None else seq_lens, scale / softcap if softcap else scale * LOG2E, float(softcap or 0.0) * LOG2E, int(sliding_window or 0),
         num_seqs, num_heads,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -650,16 +675,16 @@ def unified_attention_triton(
         BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
         NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), FUSED_REDUCE=counters is not None,
         SPLITS_PAD=next_pow2(num_splits), PDL=pdl, ONE_TOKEN=one_token, SEQS_PAD=seqs_pad, HEADS_FIRST=not one_token,
-        RUNS=first_pages is not None,
+        RUNS=first_pages is not None, OUT_COLS=out_cols is not None,
         launch_pdl=pdl, **launch,
         **PINNED_COMPILE_OPTIONS,
     )
     if num_splits > 1 and counters is None:
         reduce_pdl = pdl_for(q, "split_reduce", total_q)
         _split_reduce_kernel[(total_q, num_heads)](
-            part_out, part_lse, out, num_heads, out.stride(0), out.stride(1),
-            NUM_SPLITS=num_splits, SPLITS_PAD=next_pow2(num_splits), HEAD_DIM=head_dim,
-            HEAD_DIM_PAD=head_dim_pad, PDL=reduce_pdl, launch_pdl=reduce_pdl, **split_reduce_config(family), **PINNED_COMPILE_OPTIONS,
+            part_out, part_lse, out, out_cols if out_cols is not None else seq_lens, num_heads, out.stride(0),
+            out.stride(1), NUM_SPLITS=num_splits, SPLITS_PAD=next_pow2(num_splits), HEAD_DIM=head_dim,
+            HEAD_DIM_PAD=head_dim_pad, PDL=reduce_pdl, OUT_COLS=out_cols is not None, launch_pdl=reduce_pdl, **split_reduce_config(family), **PINNED_COMPILE_OPTIONS,
         )
     return out
 
@@ -670,13 +695,14 @@ _DTYPE = {"fp16": "*fp16", "bf16": "*bf16"}
 
 
 def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits: int,
-                  window: bool = False, softcap: bool = False, runs: bool = False) -> list[CompileSpec]:
+                  window: bool = False, softcap: bool = False, runs: bool = False,
+                  out_cols: bool = False) -> list[CompileSpec]:
     ptr = _DTYPE[dtype]
     signature = {
         "q_ptr": ptr, "k_cache_ptr": ptr, "v_cache_ptr": ptr, "out_ptr": ptr,
         "part_out_ptr": "*fp32" if num_splits > 1 else ptr, "part_lse_ptr": "*fp32" if num_splits > 1 else ptr,
         "counter_ptr": "*i32", "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "qsl_ptr": "*i32",
-        "first_pages_ptr": "*i32",
+        "first_pages_ptr": "*i32", "out_cols_ptr": "*i32",
         "qk_scale": "fp32", "softcap_log2": "fp32", "sliding_window": "i32", "num_seqs": "i32", "num_heads": "i32",
         **{s: "i32" for s in ("stride_qt", "stride_qh", "stride_kb", "stride_ks", "stride_kh", "stride_vb",
                               "stride_vs", "stride_vh", "stride_ot", "stride_oh", "stride_bt")},
@@ -695,22 +721,27 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
             "SEQS_PAD": 0 if max_query_len == 1 or seqs_vector_max(arch_family(arch)) < 64 else 64,
             "HEADS_FIRST": max_query_len != 1,
             "RUNS": runs,  # each sequence one run of blocks (`paged_attention.unified_attention`, first_pages)
+            "OUT_COLS": out_cols,  # the result's columns in a consumer's order (an act-order GPTQ o_proj)
         }
         return consts, launch
 
     signature.update({k: "constexpr" for k in make("gfx942")[0]})
-    extra = (",window" if window else "") + (",softcap" if softcap else "") + (",runs" if runs else "")
+    extra = ((",window" if window else "") + (",softcap" if softcap else "") + (",runs" if runs else "")
+             + (",out_cols" if out_cols else ""))
     return grouped_specs(f"unified_attention[{mode},d{head_dim},{dtype}{extra}]", _unified_attention_kernel, signature, make, True, True)
 
 
-def _reduce_spec(head_dim: int, dtype: str, num_splits: int) -> list[CompileSpec]:
-    consts = {"NUM_SPLITS": num_splits, "SPLITS_PAD": num_splits, "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim}
+def _reduce_spec(head_dim: int, dtype: str, num_splits: int, out_cols: bool = False) -> list[CompileSpec]:
+    consts = {"NUM_SPLITS": num_splits, "SPLITS_PAD": num_splits, "HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim,
+              "OUT_COLS": out_cols}
     signature = {
-        "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": _DTYPE[dtype], "num_heads": "i32",
+        "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": _DTYPE[dtype], "out_cols_ptr": "*i32",
+        "num_heads": "i32",
         "stride_ot": "i32", "stride_oh": "i32", **{k: "constexpr" for k in consts},
     }
     return grouped_specs(
-        f"unified_attention_split_reduce[d{head_dim},{dtype}]", _split_reduce_kernel, signature,
+        f"unified_attention_split_reduce[d{head_dim},{dtype}{',out_cols' if out_cols else ''}]", _split_reduce_kernel,
+        signature,
         lambda arch: (consts, split_reduce_config(arch_family(arch))), False, False,
     )
 
@@ -742,5 +773,9 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     *_unified_spec("prefill", 256, "bf16", 2, 1, window=True),
     *_unified_spec("prefill", 256, "bf16", 2, 1, window=True, softcap=True, runs=True),
     *_reduce_spec(128, "fp16", 4),
+    # act-order GPTQ o_proj (`paged_model`): the result's columns in its sorted order, on both store paths
+    *_unified_spec("decode", 128, "fp16", 4, 1, out_cols=True),
+    *_unified_spec("prefill", 128, "fp16", 4, 1, out_cols=True),
+    *_reduce_spec(128, "fp16", 4, out_cols=True),
     *_reshape_spec(128, "fp16", 8),
 ]

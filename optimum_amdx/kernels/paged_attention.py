@@ -70,12 +70,20 @@ def unified_attention_reference(
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
     softcap: float | None = None,
+    out_cols: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of varlen-packed queries over a paged KV cache (see `unified_attention`).
 
     max_query_len, max_seq_len and num_splits only size the GPU launch; they do not change the result.
     """
     del max_query_len, max_seq_len, num_splits
+    if out_cols is not None:  # computed in head order, then each token's row put in the consumer's column order
+        plain = unified_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, 0, 0,
+                                            softmax_scale, sliding_window, None, None, softcap)
+        result = out if out is not None else torch.empty_like(q)
+        flat = result.view(q.shape[0], -1)
+        flat[:, out_cols.long()] = plain.reshape(q.shape[0], -1).to(result.dtype)
+        return result
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
     result = out if out is not None else torch.empty_like(q)
     starts = query_start_loc.tolist()
@@ -129,6 +137,7 @@ def unified_attention(
     softcap: float | None = None,
     fused_reduce: bool | None = None,
     first_pages: torch.Tensor | None = None,
+    out_cols: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal GQA attention of varlen-packed queries over a paged KV cache.
 
@@ -152,6 +161,13 @@ def unified_attention(
     of every K/V tile (a lone 512-token prompt's attention about 10 % faster on an H200; benchmarks/RESULTS.md
     round 15). The result is the same; the engine passes it for a lone prompt whose blocks form a run
     (`runner.blocks_run_from`).
+
+    out_cols: optional int32 [Hq * D], a permutation of the columns of a token's flattened result: column c
+    (head c // D, dim c % D) is stored at position out_cols[c] of the token's row instead (`out`, if given, must
+    then keep each token's row contiguous). For a consumer that reads the heads' outputs in another order: an
+    act-order GPTQ o_proj reads its input sorted by its permutation, which the stores do here at no cost instead of a
+    gather launch before the matmul (`modeling.paged_model`). Not checked to be a permutation (that would
+    synchronize with the device).
     """
     check_qkv(q, k_cache, v_cache, kv_head_dim=2)
     if softcap is not None and not softcap > 0:
@@ -162,15 +178,23 @@ def unified_attention(
         raise InvalidArgumentError(
             f"first_pages: expected int32 of shape {tuple(seq_lens.shape)} (one entry per sequence), got "
             f"{first_pages.dtype} of shape {tuple(first_pages.shape)}.")
+    width = q.shape[1] * q.shape[2]
+    if out_cols is not None and (out_cols.dtype != torch.int32 or tuple(out_cols.shape) != (width,)
+                                 or out_cols.device != q.device):
+        raise InvalidArgumentError(
+            f"out_cols: expected int32 of shape ({width},) on {q.device} (a permutation of the heads' columns), got "
+            f"{out_cols.dtype} of shape {tuple(out_cols.shape)} on {out_cols.device}.")
+    if out_cols is not None and out is not None and out.stride(1) != q.shape[2]:
+        raise InvalidArgumentError("out_cols: `out` must keep each token's row contiguous ([tokens, heads, head_dim]).")
     if use_triton(q, k_cache, v_cache):
         from optimum_amdx.kernels._paged_attention_triton import unified_attention_triton
 
         return unified_attention_triton(
             q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
             softmax_scale, sliding_window, out, num_splits, tensor_family(q), softcap=softcap,
-            fused_reduce=fused_reduce, first_pages=first_pages,
+            fused_reduce=fused_reduce, first_pages=first_pages, out_cols=out_cols,
         )
     return unified_attention_reference(
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, max_query_len, max_seq_len,
-        softmax_scale, sliding_window, out, num_splits, softcap,
+        softmax_scale, sliding_window, out, num_splits, softcap, out_cols,
     )

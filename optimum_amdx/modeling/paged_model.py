@@ -15,7 +15,8 @@ gather moves into it (`_Projection.input_perm`): q/k/v and gate/up take their in
 writes it already permuted, and a down projection's input is SiLU(gate) * up, elementwise, so the fused
 gate/up weight is built with its columns in the down projection's order (`_Layer.down_sorted`) and the
 down projection needs no gather at all (also for a checkpoint's own fused qkv_proj / gate_up_proj, as
-Phi-3's). Only o_proj (fed by attention heads) keeps the kernel's gather.
+Phi-3's); the attention stores its result in o_proj's sorted order (`_Layer.o_sorted`, `out_cols` of
+`unified_attention`), so o_proj runs without its gather too.
 
 The decode step is trimmed toward its memory floor (benchmarks/RESULTS.md, decode section):
 rotary and the paged K/V write are one kernel, SiLU(gate) * up is one pass, decode attention splits
@@ -300,6 +301,17 @@ class _Layer:
         its columns in that order (then used for every fp16/bf16 input, see `PagedDecoder._apply_down`)."""
         if order is not None and self.gate_up.qweight is not None:
             self.down_sorted = down_w.presorted()
+        # An act-order o_proj reads its input through its permutation; the attention that produces the input
+        # stores each column at its sorted position instead (`o_cols`), and o_proj runs presorted (`o_sorted`).
+        o_w = _act_order_weight(parts.o_proj) if HOIST_ACT_ORDER else None
+        self.o_sorted = o_w.presorted() if o_w is not None else None
+        self.o_cols: torch.Tensor | None = None
+        """int32: where the attention stores each column of a token's row for `o_sorted` (the inverse of its
+        permutation), used for every fp16/bf16 input (see `PagedDecoder._o_proj_sorted`)."""
+        if o_w is not None:
+            perm = o_w.perm.long()
+            self.o_cols = torch.empty_like(perm).scatter_(0, perm, torch.arange(perm.numel(), device=perm.device))
+            self.o_cols = self.o_cols.to(torch.int32)
         self.act: Callable[[torch.Tensor], torch.Tensor] | None = parts.act
         self.act_is_silu = parts.act is not None and _is_silu(parts.act)
         self.ln1_w, self.ln1_eps = parts.input_norm.weight, parts.input_norm.eps
@@ -499,6 +511,16 @@ class PagedDecoder:
         acc = self._accumulate_module(layer.down_proj, a, paired) if residual is not None else None
         return acc if acc is not None else self._apply(layer.down_proj, a, linear)
 
+    def _o_proj_sorted(self, layer: _Layer, attn: torch.Tensor, accumulate: bool) -> torch.Tensor | _Accumulated:
+        """An act-order o_proj of the attention's result stored in its sorted order (`_Layer.o_cols`): the presorted
+        weight, left `_Accumulated` when `accumulate` (the next kernel is the norm that reads it) and a route takes
+        it."""
+        from ..kernels.w4a16 import w4a16_matmul
+
+        bias = getattr(layer.o_proj, "bias", None)
+        acc = self._accumulate(attn, layer.o_sorted, bias) if accumulate else None
+        return acc if acc is not None else w4a16_matmul(attn, layer.o_sorted, bias)
+
     def _queries(self, layer: _Layer, i: int, x: torch.Tensor | None, linear, batch: BatchInputs, cache: PagedKVCache,
                  qkv: torch.Tensor | None = None, paired: bool = False) -> torch.Tensor:
         """Layer `i`'s rotated queries ``[tokens, heads, head_dim]``, with its rotated keys and values written into
@@ -561,18 +583,24 @@ class PagedDecoder:
             else:
                 x, residual = self._add_norm(h, residual, layer.ln1_w, layer.ln1_eps, qkv_order, qkv_pairs)
                 q = self._queries(layer, i, x, linear, batch, cache, paired=qkv_pairs)
+            o_sorted = layer.o_sorted is not None and q.dtype in _HALF  # stored in o_proj's sorted order
             attn = unified_attention(q, cache.k[i], cache.v[i], batch.block_tables, batch.seq_lens,
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
                                      softmax_scale=layer.parts.scale, sliding_window=layer.parts.window,
                                      num_splits=splits, softcap=layer.parts.softcap,
-                                     fused_reduce=self.fusions.fused_reduce, first_pages=batch.first_pages)
+                                     fused_reduce=self.fusions.fused_reduce, first_pages=batch.first_pages,
+                                     out_cols=layer.o_cols if o_sorted else None)
             attn = attn.reshape(tokens, q_size)
             if i == trim_at:
                 attn, residual = gather_rows(attn, rows), gather_rows(residual, rows)
                 linear = self._linear_fn(rows.shape[0])
                 fuse_norm = self.fusions.norm_gemm and linear is skinny_gemm
             post_attn, post_mlp = layer.parts.post_attn_norm, layer.parts.post_mlp_norm
-            if post_attn is None and self._into_residual(layer.o_proj, attn, residual, linear):
+            if o_sorted:
+                h = self._o_proj_sorted(layer, attn, post_attn is None)
+                if post_attn is not None:
+                    h = rms_norm(h, post_attn.weight, post_attn.eps)
+            elif post_attn is None and self._into_residual(layer.o_proj, attn, residual, linear):
                 h = None
             elif post_attn is None and (acc := self._accumulate_module(layer.o_proj, attn)) is not None:
                 h = acc  # read by the norm just below

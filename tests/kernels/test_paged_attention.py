@@ -110,6 +110,27 @@ def test_split_k_agrees_with_single_pass(num_splits):
     torch.testing.assert_close(split.float(), single.float(), atol=3e-3, rtol=1e-2)
 
 
+@pytest.mark.parametrize("q_lens,num_splits,fused", [([1, 1, 1], 1, False), ([1, 1, 1], 3, False),
+                                                      ([1, 1, 1], 3, True), ([5, 1, 9], 1, False)])
+def test_out_cols_puts_each_tokens_row_in_the_consumers_order(q_lens, num_splits, fused):
+    """`out_cols` (an act-order o_proj's sorted order): every store path (one pass, the split reduce kernel, the
+    fused reduce, a prompt step) writes column c of a token's flattened row at position out_cols[c], which is the
+    plain result's row permuted; the reference does the same. A bad index tensor is refused."""
+    batch = make_batch(9, [40, 70, 25], q_lens, 8, 2, 64, 16, torch.float16)
+    width = 8 * 64
+    cols = torch.randperm(width, generator=torch.Generator().manual_seed(3)).to(torch.int32).to(DEVICE)
+    plain = unified_attention(**batch, num_splits=num_splits, fused_reduce=fused)
+    got = unified_attention(**batch, num_splits=num_splits, fused_reduce=fused, out_cols=cols)
+    ref = unified_attention_reference(**batch, out_cols=cols)
+    torch.testing.assert_close(got.float(), ref.float(), atol=TOL[torch.float16][0], rtol=TOL[torch.float16][1])
+    want = torch.empty_like(plain).view(plain.shape[0], width)
+    want[:, cols.long()] = plain.view(plain.shape[0], width)
+    assert torch.equal(got.view(plain.shape[0], width), want)
+    for bad in (cols.long(), cols[:-1]):
+        with pytest.raises(InvalidArgumentError, match="out_cols"):
+            unified_attention(**batch, out_cols=bad)
+
+
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_sliding_window(num_splits):
     batch = make_batch(6, [90, 20, 50], [1, 20, 9], 4, 2, 64, 16, torch.float16)

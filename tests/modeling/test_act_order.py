@@ -130,10 +130,13 @@ def test_act_order_gathers_move_into_the_norm_and_the_gate_up_columns(model_type
         assert layer.qkv.input_perm is not None and layer.qkv.qweight.perm is None
         assert layer.gate_up.input_perm is not None and layer.gate_up.qweight.perm is None
         assert layer.down_sorted is not None and layer.down_sorted.perm is None
-        assert layer.o_proj.kernel_weight().perm is not None  # fed by attention heads: keeps its gather
+        # fed by attention heads, which store its input sorted: the presorted weight, the inverse permutation
+        perm = layer.o_proj.kernel_weight().perm.long()
+        assert layer.o_sorted is not None and layer.o_sorted.perm is None
+        assert torch.equal(layer.o_cols.long()[perm], torch.arange(perm.numel()))
         assert isinstance(layer.gate_up, paged_model._CheckpointFused) == (model_type == "phi3")
     for layer in plain.decoder.layers:
-        assert layer.qkv.input_perm is None and layer.down_sorted is None
+        assert layer.qkv.input_perm is None and layer.down_sorted is None and layer.o_sorted is None
         assert layer.qkv.qweight is None or layer.qkv.qweight.perm is not None  # one module (Phi-3) runs itself
 
     prompts = random_prompts(3, 4, 14, seed=17)
