@@ -15,8 +15,8 @@ gather moves into it (`_Projection.input_perm`): q/k/v and gate/up take their in
 writes it already permuted, and a down projection's input is SiLU(gate) * up, elementwise, so the fused
 gate/up weight is built with its columns in the down projection's order (`_Layer.down_sorted`) and the
 down projection needs no gather at all (also for a checkpoint's own fused qkv_proj / gate_up_proj, as
-Phi-3's); the attention stores its result in o_proj's sorted order (`_Layer.o_sorted`, `out_cols` of
-`unified_attention`), so o_proj runs without its gather too.
+Phi-3's); in steps of few tokens the attention stores its result in o_proj's sorted order (`_Layer.o_sorted`,
+`out_cols` of `unified_attention`), so o_proj runs without its gather too.
 
 The decode step is trimmed toward its memory floor (benchmarks/RESULTS.md, decode section):
 rotary and the paged K/V write are one kernel, SiLU(gate) * up is one pass, decode attention splits
@@ -122,6 +122,13 @@ def _fuse_quantized(linears: list[nn.Module], column_order: torch.Tensor | None 
     for m in linears:
         m.invalidate()
     return fused, bias
+
+
+O_COLS_MAX_TOKENS = 16
+"""The most tokens a step may have for its act-order o_proj to take the attention's sorted stores (`_Layer.o_cols`);
+larger steps keep o_proj's own gather. H100, act-order GPTQ decode step (benchmarks/RESULTS.md round27): at 1 and 16
+sequences the sorted stores were 0.6-1.1 % faster; at 64, Llama-2-7B (32 KV heads, one head a program, every value a
+scattered store) was 0.5 % slower and Llama-3-8B 0.3 % faster."""
 
 
 HOIST_ACT_ORDER = True
@@ -307,7 +314,8 @@ class _Layer:
         self.o_sorted = o_w.presorted() if o_w is not None else None
         self.o_cols: torch.Tensor | None = None
         """int32: where the attention stores each column of a token's row for `o_sorted` (the inverse of its
-        permutation), used for every fp16/bf16 input (see `PagedDecoder._o_proj_sorted`)."""
+        permutation), for fp16/bf16 steps of up to `O_COLS_MAX_TOKENS` tokens (see `PagedDecoder._o_proj_sorted`);
+        larger steps run the module, which gathers its input."""
         if o_w is not None:
             perm = o_w.perm.long()
             self.o_cols = torch.empty_like(perm).scatter_(0, perm, torch.arange(perm.numel(), device=perm.device))
@@ -583,7 +591,8 @@ class PagedDecoder:
             else:
                 x, residual = self._add_norm(h, residual, layer.ln1_w, layer.ln1_eps, qkv_order, qkv_pairs)
                 q = self._queries(layer, i, x, linear, batch, cache, paired=qkv_pairs)
-            o_sorted = layer.o_sorted is not None and q.dtype in _HALF  # stored in o_proj's sorted order
+            # stored in o_proj's sorted order (small steps, `O_COLS_MAX_TOKENS`)
+            o_sorted = layer.o_sorted is not None and q.dtype in _HALF and tokens <= O_COLS_MAX_TOKENS
             attn = unified_attention(q, cache.k[i], cache.v[i], batch.block_tables, batch.seq_lens,
                                      batch.query_start_loc, batch.max_query_len, batch.max_seq_len,
                                      softmax_scale=layer.parts.scale, sliding_window=layer.parts.window,
