@@ -38,6 +38,7 @@ from ..kernels.paged_attention import reshape_and_cache, unified_attention
 from ..kernels.rmsnorm import rms_norm
 from ..kernels.rope_cache import rotary_and_cache_, rotary_and_cache_accumulated
 from ..kernels.rotary import rotary_embedding_
+from ..kernels.runtime import tensor_family
 from ..kernels.skinny_gemm import skinny_gemm, skinny_gemm_norm, skinny_max_m
 from .cache import CacheLayout, PagedKVCache
 from .families import LayerParts, decoder_parts, supported_model_types
@@ -129,6 +130,12 @@ O_COLS_MAX_TOKENS = 16
 larger steps keep o_proj's own gather. H100, act-order GPTQ decode step (benchmarks/RESULTS.md round27): at 1 and 16
 sequences the sorted stores were 0.6-1.1 % faster; at 64, Llama-2-7B (32 KV heads, one head a program, every value a
 scattered store) was 0.5 % slower and Llama-3-8B 0.3 % faster."""
+
+
+O_COLS_SKIP_FAMILIES = ("rdna3",)
+"""GPU families whose act-order o_proj keeps its own gather at every step size: on gfx1100 the decode attention's
+sorted stores cost registers (scratch of 20-56 bytes a lane on Triton 3.6-3.7, 5 waves a SIMD instead of 6-7; the AMD
+compile tables), against a gain of under 1 % measured on an H100."""
 
 
 HOIST_ACT_ORDER = True
@@ -311,6 +318,8 @@ class _Layer:
         # An act-order o_proj reads its input through its permutation; the attention that produces the input
         # stores each column at its sorted position instead (`o_cols`), and o_proj runs presorted (`o_sorted`).
         o_w = _act_order_weight(parts.o_proj) if HOIST_ACT_ORDER else None
+        if o_w is not None and tensor_family(o_w.qweight) in O_COLS_SKIP_FAMILIES:
+            o_w = None
         self.o_sorted = o_w.presorted() if o_w is not None else None
         self.o_cols: torch.Tensor | None = None
         """int32: where the attention stores each column of a token's row for `o_sorted` (the inverse of its

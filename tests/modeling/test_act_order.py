@@ -153,3 +153,13 @@ def test_act_order_hoisting_keeps_float32_on_the_modules(monkeypatch):
     assert layer.qkv.input_order(torch.float32) is None and layer.qkv.input_order(torch.float16) is not None
     prompts = random_prompts(2, 4, 10, seed=23)
     assert am.generate(prompts, max_new_tokens=6) == [hf_greedy(model, p, 6) for p in prompts]
+
+
+def test_act_order_o_proj_keeps_its_gather_on_families_that_skip_the_sorted_stores(monkeypatch):
+    """`paged_model.O_COLS_SKIP_FAMILIES` (gfx1100: the sorted stores cost the decode attention registers): there the
+    engine keeps o_proj's own gather (no presorted weight, no column map), the other moved gathers stay."""
+    monkeypatch.setattr(paged_model, "O_COLS_SKIP_FAMILIES", ("cpu",))
+    engine = _engine(act_order_model("llama", sym=False, bias=False).half(), True, monkeypatch)
+    for layer in engine.decoder.layers:
+        assert layer.o_sorted is None and layer.o_cols is None
+        assert layer.qkv.input_perm is not None and layer.down_sorted is not None
