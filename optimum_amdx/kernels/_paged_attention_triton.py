@@ -310,14 +310,12 @@ def _paged_tile(
 
 
 @triton.jit
-def _out_ptrs(out_ptr, cols_ptr, token, head, offs_d, stride_ot, stride_oh, mask, HEAD_DIM: tl.constexpr,
-              OUT_COLS: tl.constexpr):
-    """Where rows (`token`, `head`) x `offs_d` of the result go: ``[token, head, d]``, or with OUT_COLS column
-    ``cols[head * HEAD_DIM + d]`` of the token's flattened row (``out_cols`` of `paged_attention.unified_attention`)."""
+def _out_col(cols_ptr, head, d, stride_oh, mask, HEAD_DIM: tl.constexpr, OUT_COLS: tl.constexpr):
+    """Offset within a token's row of the result of `head`, dim `d` (broadcast alike): ``head * stride_oh + d``, or
+    with OUT_COLS ``cols[head * HEAD_DIM + d]`` (``out_cols`` of `paged_attention.unified_attention`)."""
     if OUT_COLS:
-        col = tl.load(cols_ptr + head[:, None] * HEAD_DIM + offs_d[None, :], mask=mask, other=0)
-        return out_ptr + token[:, None] * stride_ot + col
-    return out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+        return tl.load(cols_ptr + head * HEAD_DIM + d, mask=mask, other=0)
+    return head * stride_oh + d
 
 
 @triton.jit
@@ -461,8 +459,8 @@ def _unified_attention_kernel(
     result = acc / l_safe[:, None]
     store_mask = row_valid[:, None] & d_mask[None, :]
     if NUM_SPLITS == 1:
-        o_ptrs = _out_ptrs(out_ptr, out_cols_ptr, token, head, offs_d, stride_ot, stride_oh, store_mask, HEAD_DIM,
-                           OUT_COLS)
+        o_ptrs = out_ptr + token[:, None] * stride_ot + _out_col(out_cols_ptr, head[:, None], offs_d[None, :],
+                                                                 stride_oh, store_mask, HEAD_DIM, OUT_COLS)
         tl.store(o_ptrs, result.to(out_ptr.dtype.element_ty), mask=store_mask)
     else:
         row = token * num_heads + head
@@ -492,8 +490,8 @@ def _unified_attention_kernel(
                     part = tl.load(part_out_ptr + ((row * NUM_SPLITS + s) * HEAD_DIM_PAD)[:, None] + offs_d[None, :],
                                    mask=store_mask, other=0.0)
                     total += part * tl.exp2(lse_s - m_all)[:, None]
-                o_ptrs = _out_ptrs(out_ptr, out_cols_ptr, token, head, offs_d, stride_ot, stride_oh, store_mask,
-                                   HEAD_DIM, OUT_COLS)
+                o_ptrs = out_ptr + token[:, None] * stride_ot + _out_col(
+                    out_cols_ptr, head[:, None], offs_d[None, :], stride_oh, store_mask, HEAD_DIM, OUT_COLS)
                 tl.store(o_ptrs, (total / denom[:, None]).to(out_ptr.dtype.element_ty), mask=store_mask)
                 tl.atomic_xchg(counter_ptr + slot, 0, sem="relaxed")  # the launch's end orders it
 
@@ -535,10 +533,7 @@ def _split_reduce_kernel(
     )
     o = tl.sum(parts * w[:, None], 0) / denom
     d_mask = offs_d < HEAD_DIM
-    if OUT_COLS:  # the token's flattened row in the consumer's column order (see `_out_ptrs`)
-        o_ptrs = out_ptr + token * stride_ot + tl.load(out_cols_ptr + head * HEAD_DIM + offs_d, mask=d_mask, other=0)
-    else:
-        o_ptrs = out_ptr + token * stride_ot + head * stride_oh + offs_d
+    o_ptrs = out_ptr + token * stride_ot + _out_col(out_cols_ptr, head, offs_d, stride_oh, d_mask, HEAD_DIM, OUT_COLS)
     tl.store(o_ptrs, o.to(out_ptr.dtype.element_ty), mask=d_mask)
 
 
@@ -636,8 +631,6 @@ def unified_attention_triton(
     for t in (q, k_cache, v_cache, out):
         if t.stride(-1) != 1:
             raise ValueError("unified_attention: the last dimension of q/caches/out must be contiguous")
-    if out_cols is not None and out.stride(1) != head_dim:
-        raise ValueError("unified_attention: out_cols needs each token's row of out contiguous")
     cfg = dict(config) if config is not None else unified_config(family, head_dim_pad, num_qpk, max_query_len)
     consts, launch = split_launch_options(cfg)
     block_m = consts["BLOCK_M"]

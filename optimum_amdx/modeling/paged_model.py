@@ -326,9 +326,7 @@ class _Layer:
         permutation), for fp16/bf16 steps of up to `O_COLS_MAX_TOKENS` tokens (see `PagedDecoder._o_proj_sorted`);
         larger steps run the module, which gathers its input."""
         if o_w is not None:
-            perm = o_w.perm.long()
-            self.o_cols = torch.empty_like(perm).scatter_(0, perm, torch.arange(perm.numel(), device=perm.device))
-            self.o_cols = self.o_cols.to(torch.int32)
+            self.o_cols = torch.argsort(o_w.perm).to(torch.int32)  # o_cols[perm[k]] = k
         self.act: Callable[[torch.Tensor], torch.Tensor] | None = parts.act
         self.act_is_silu = parts.act is not None and _is_silu(parts.act)
         self.ln1_w, self.ln1_eps = parts.input_norm.weight, parts.input_norm.eps

@@ -139,8 +139,12 @@ def test_act_order_gathers_move_into_the_norm_and_the_gate_up_columns(model_type
         assert layer.qkv.input_perm is None and layer.down_sorted is None and layer.o_sorted is None
         assert layer.qkv.qweight is None or layer.qkv.qweight.perm is not None  # one module (Phi-3) runs itself
 
+    sorted_calls = []  # steps of up to O_COLS_MAX_TOKENS tokens (decode) take o_proj from the sorted stores
+    real = hoisted.decoder._o_proj_sorted
+    hoisted.decoder._o_proj_sorted = lambda *a: sorted_calls.append(1) or real(*a)
     prompts = random_prompts(3, 4, 14, seed=17)
     got = hoisted.generate(prompts, max_new_tokens=8)
+    assert sorted_calls
     assert got == plain.generate(prompts, max_new_tokens=8)
     assert got == [hf_greedy(model, p, 8) for p in prompts]
 
