@@ -30,7 +30,7 @@ import argparse
 import contextlib
 import gc
 import json
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -39,7 +39,7 @@ from optimum_amdx.benchmark.backends import _tensor_bytes, apply_quantization, b
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.roofline import ModelGeometry, kv_cache_bytes
 from optimum_amdx.benchmark.timing import call_seconds, graph_ms
-from optimum_amdx.kernels.runtime import set_pdl
+from optimum_amdx.kernels.runtime import PDL_KERNELS, set_pdl
 from optimum_amdx.modeling.cache import PagedKVCache
 from optimum_amdx.modeling import paged_model
 from optimum_amdx.modeling.paged_model import BatchInputs, DecodeFusions, PagedDecoder
@@ -291,6 +291,20 @@ def gemm_sweep(config, dtype: torch.dtype, ms: list[int], bandwidth: float, swee
     return rows
 
 
+@contextlib.contextmanager
+def pdl_rows(kernels: tuple[str, ...]) -> Iterator[None]:
+    """`runtime.PDL_MAX_ROWS` with `kernels` up to `runtime.PDL_ROWS_MAX` rows and every other kernel at one row
+    (``--pdl rows:...``; ``rows:`` alone is the one-row policy of rounds 10-27), restored on exit."""
+    from optimum_amdx.kernels import runtime
+
+    saved = dict(runtime.PDL_MAX_ROWS)
+    runtime.PDL_MAX_ROWS.update({k: runtime.PDL_ROWS_MAX if k in kernels else 1 for k in PDL_KERNELS})
+    try:
+        yield
+    finally:
+        runtime.PDL_MAX_ROWS.update(saved)
+
+
 def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float, quantization: str = "none",
               hoist: bool = True) -> dict[str, Any]:
     dtype = _DTYPES[dtype_name]
@@ -318,6 +332,8 @@ def run_shape(args, shape: str, dtype_name: str, bandwidth: float, matmul: float
             with contextlib.ExitStack() as stack:  # the knob and PDL are read when graphs are captured
                 if knob is not None:
                     stack.enter_context(knob_on_routes(knob_key, knob))
+                if pdl.startswith("rows:"):
+                    stack.enter_context(pdl_rows(tuple(filter(None, pdl[5:].split("+")))))
                 runner = bench.runner(fusions, args.batch_sizes)
             label = vname if splits is None else f"{vname},splits={splits}"
             if knob is not None:
@@ -407,13 +423,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--w4a16-knob", default="", help="KEY=V1,V2: time GPTQ steps under each value of an integer "
                    "knob of the one-row and pipelined W4A16 configs (e.g. num_warps=4,8)")
     p.add_argument("--pdl", default="on", help="comma list of on, off, no:KERNEL[+KERNEL] (on, less those of "
-                   "runtime.PDL_KERNELS): programmatic dependent launch (NVIDIA sm_90+) for the graphs of each run")
+                   "runtime.PDL_KERNELS), rows:[KERNEL[+KERNEL]] (on, those kernels up to runtime.PDL_ROWS_MAX rows "
+                   "and every other at one row): programmatic dependent launch (NVIDIA sm_90+) for the graphs of each "
+                   "run")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
     args.variants = [v for v in args.variants.split(",") if v]
     args.pdl = [v for v in args.pdl.split(",") if v]
+    for v in args.pdl:
+        named = v.partition(":")[2].split("+") if ":" in v else []
+        if not (v in ("on", "off") or v.startswith(("no:", "rows:"))) or set(filter(None, named)) - set(PDL_KERNELS):
+            raise SystemExit(f"--pdl takes on, off, no:KERNEL[+KERNEL] or rows:[KERNEL[+KERNEL]] with kernels of "
+                             f"{PDL_KERNELS}; got {v!r}")
     args.w4a16_knob = parse_knob(args.w4a16_knob) if args.w4a16_knob else ("", [None])
     args.attn_splits = [None] + [int(x) for x in args.attn_splits.split(",") if x]
     args.gemm_ms = [int(x) for x in args.gemm_ms.split(",") if x]

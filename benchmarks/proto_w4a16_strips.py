@@ -227,12 +227,12 @@ def timings(configs: list[tuple[int, ...]], shapes: list[tuple[int, int]], out_p
         ref = w4a16_matmul(x, w0).float()
         row: dict[str, Any] = {"K": k, "N": n}
         row["shipped"] = graph_ms([lambda w=w: w4a16_matmul(x, w) for w in ws]) * 1e3
-        saved = runtime.PDL_MAX_ROWS
-        runtime.PDL_MAX_ROWS = 0
+        saved = dict(runtime._PDL)
+        runtime.set_pdl(False)
         try:
             row["shipped_pdl_off"] = graph_ms([lambda w=w: w4a16_matmul(x, w) for w in ws]) * 1e3
         finally:
-            runtime.PDL_MAX_ROWS = saved
+            runtime._PDL.update(saved)
         for config in configs:
             cw, s, warps = config[:3]
             ahead = len(config) > 3 and bool(config[3])

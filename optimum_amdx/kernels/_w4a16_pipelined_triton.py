@@ -32,6 +32,13 @@ round21). One K tile per loop step: a two-tile step (one K = 256 dot) served fp1
 until round 21 staged them all, and bf16 lost with it (RESULTS.md section w4half). For act-order or a K off the
 128-row tiles the activations are gathered once per call into the layout's row order (`_w4a16_gemm_triton.x_index`).
 
+Programmatic dependent launch (NVIDIA sm_90+, up to `runtime.PDL_MAX_ROWS` rows, ``PDL``): before it waits for the
+kernel that wrote x, a program asks L2 for the words of its first ``L2_AHEAD`` K tiles (`_l2_prefetch_words`; weights
+are written by no kernel), and it lets the next kernel launch after its K loop (``PDL_TRIGGER``), so that launch
+and the next call's own requests overlap this one's flush. In a graph of 2-16-row calls that took 0.5-1.8 us off
+a call (4096x4096 at 16 rows 9.0 -> 7.6 us), and 1.4-3.7 % off GPTQ decode steps at 2-64 sequences (H100,
+RESULTS.md round28). `PDL_KNOBS` holds the shipped values.
+
 The portable form (AMD, and the interpreter in CI): plain word loads and the same fp16 arithmetic written in
 Triton's own int16 and fp16 operations (`_plane_lo`, `_plane_hi`), which both compilers pack two to a register;
 on an H100 it ran at 0.83-1.02x the speed of the PTX form and 1.21-1.78x the float32 one, with the same results bit
@@ -52,9 +59,10 @@ import triton.language as tl
 
 from ._w4a16_gemm_triton import (E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, family, gather_x,
                                  launch_options, split_k)
+from ._pdl import gdc_launch_dependents, gdc_wait
 from ._w4a16_triton import _byte_halves, _chunks, _group_arg, _group_of, _plane_hi_q, _plane_lo_q, _scale_zero
 from .compile_spec import CompileSpec
-from .runtime import compute_units
+from .runtime import compute_units, pdl_for
 from .w4a16 import LONG_K, WIDE_N
 
 if TYPE_CHECKING:
@@ -309,6 +317,19 @@ def _planes_of_groups(packed, groups, BLOCK_N: tl.constexpr, PTX: tl.constexpr =
 
 
 @triton.jit
+def _l2_prefetch_words(qw_ptr, wbase, kt0, kt1, BLOCK_N: tl.constexpr, TILES: tl.constexpr):
+    """Ask L2 for the words of this program's first `TILES` K tiles (``prefetch.global.L2``, one request per
+    128-byte line; NVIDIA only): issued before a PDL launch waits for its predecessor, so the first tiles are on
+    their way while it finishes. Weights are written by no kernel, so reading them early is safe."""
+    LINES: tl.constexpr = BLOCK_N * 16 // 32  # a K tile's words of BLOCK_N columns: contiguous, 32 words a line
+    j = tl.arange(0, LINES * TILES)
+    kt = tl.minimum(kt0 + j // LINES, kt1 - 1)
+    ptrs = qw_ptr + wbase + kt * 2048 + (j % LINES) * 32
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
 def _w4a16_pipelined_kernel(
     x_ptr, qw_ptr, s_ptr, z_ptr, bias_ptr, out_ptr, ws_ptr, cnt_ptr,
     M, N, K, KT, stride_xm, stride_om, tiles_per_split, e7_bits,
@@ -317,6 +338,7 @@ def _w4a16_pipelined_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, HALF_DEQ: tl.constexpr = False,
     ACCUM: tl.constexpr = False, PTX_DEQ: tl.constexpr = True,
     SCALE_AFTER: tl.constexpr = False, BF16: tl.constexpr = False, SCALES_FIRST: tl.constexpr = True,
+    PDL: tl.constexpr = False, PDL_TRIGGER: tl.constexpr = 1, L2_AHEAD: tl.constexpr = 0,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -335,10 +357,17 @@ def _w4a16_pipelined_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     # column (n0 % 128) + c of tile column n0 // 128 owns words 16c .. 16c + 15 of each K tile
-    w_offs = ((n0 // 128) * KT * 2048 + (n0 % 128) * 16) + offs_loc[:, None] * 16 + tl.arange(0, 16)[None, :]
+    wbase = (n0 // 128) * KT * 2048 + (n0 % 128) * 16
+    w_offs = wbase + offs_loc[:, None] * 16 + tl.arange(0, 16)[None, :]
     x_ptrs = x_ptr + offs_m[None, :] * stride_xm + tl.arange(0, 128)[:, None]  # x^T of one K tile, row order
     kt0 = pid_k * tiles_per_split
     kt1 = tl.minimum(KT, kt0 + tiles_per_split)
+    if PDL:  # launched before x's producer ended (`runtime.pdl_for`): weights may be asked for, nothing else yet
+        if L2_AHEAD > 0:
+            _l2_prefetch_words(qw_ptr, wbase, kt0, kt1, BLOCK_N, L2_AHEAD)
+        if PDL_TRIGGER == 0:  # the next kernel may launch now (else after the K loop, or at exit)
+            gdc_launch_dependents()
+        gdc_wait()
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     # Triton's pipeliner stages the activations (cp.async, num_stages buffers) and leaves the MMA in flight
     # across steps; the words are loaded where they are used (ahead-of-use register rings measured no
@@ -373,6 +402,8 @@ def _w4a16_pipelined_kernel(
                 wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
                                    HAS_ZEROS, EVEN_K, EVEN_N, True)
             acc = tl.dot(wt, x_t, acc)
+    if PDL and PDL_TRIGGER == 1:  # the next kernel's launch and its weight requests overlap this tile's flush
+        gdc_launch_dependents()
     _write_tile(acc, out_ptr, ws_ptr, cnt_ptr + pid, SPLIT, bias_ptr, offs_m, offs_n, m_mask, N, stride_om, SPLIT,
                 HAS_BIAS, BLOCK_N, BLOCK_M, ACCUM)
 
@@ -415,6 +446,13 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
                     "HALF_DEQ": True, "PTX_LOADS": False},
     "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},  # bf16 only
 }
+PDL_KNOBS: dict[str, int] = {"PDL": 1, "PDL_TRIGGER": 1, "L2_AHEAD": 2}
+"""The PDL form every class launches (a config may override a key; benchmarks do, `bench_w4a16.knob_on_routes`):
+take part where `runtime.pdl_for` allows; ``PDL_TRIGGER`` 1 lets the next kernel launch after the K loop (0: as the
+program starts, 2: as it exits); ``L2_AHEAD`` K tiles of words asked of L2 before the wait. H100, graphs of calls, against
+no PDL (RESULTS.md round28): after the loop with 2 tiles ahead 0.83-0.97x the time at 2-16 rows on the Llama-3-8B
+shapes; at the start 2.275 against 2.422 ms on Llama-2-7B's 2-sequence GPTQ step but 4.263 against 3.685 at 16; at
+exit 0.92-1.02x; 4 tiles ahead took 0.1-4.8 % more of a GPTQ step than 2, and 0 tiles 1.4 % more at 16 sequences."""
 BF16_PLANES_MAX_WIDE = 192
 """The most rows of bf16 on a wide output (`w4a16.WIDE_N` columns and more, one scale group per tile) that take its
 planes of q - z (`pipelined_config`): at 33-64 rows of the widest outputs they were 1.22-1.62x faster than bf16's
@@ -621,6 +659,10 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
     # the fused GEMM's persistent workspace: its tickets (one per 16 x 32 tile) outnumber these tiles; an
     # accumulator is its own workspace and needs no tickets
     ws, cnt = _workspace(x2.device, n, m) if splits > 1 and not accumulate else (out, out)
+    # PDL (`runtime.PDL_MAX_ROWS`): not after a gather of x, which lets nothing launch early (act-order g32, 4096x14336:
+    # 1-2 % slower with it at 2-16 rows, RESULTS.md round28)
+    knobs = {k: int(cfg.get(k, v)) for k, v in PDL_KNOBS.items()}
+    pdl = nvidia and bool(knobs["PDL"]) and x_src is x2 and pdl_for(x2, "w4a16_rows", m)
     _w4a16_pipelined_kernel[(tiles, splits)](
         x_src, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales,
         bias if bias is not None else w.scales, out, ws, cnt,
@@ -632,6 +674,7 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)),
         SCALE_AFTER=scaled, BF16=x2.dtype == torch.bfloat16,
         SCALES_FIRST=scales_first(cfg, w.zeros is not None, scaled),
+        PDL=pdl, PDL_TRIGGER=knobs["PDL_TRIGGER"], L2_AHEAD=knobs["L2_AHEAD"], launch_pdl=pdl,
         **launch_options(cfg, arch),
     )
     return out

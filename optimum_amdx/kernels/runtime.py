@@ -105,17 +105,29 @@ def tensor_family(t: "torch.Tensor") -> str:
     return arch_family(device_arch(index))
 
 
-PDL_KERNELS = ("rmsnorm", "silu_mul", "rope_cache", "attention", "split_reduce", "skinny", "w4a16")
+PDL_KERNELS = ("rmsnorm", "silu_mul", "rope_cache", "attention", "split_reduce", "skinny", "w4a16", "w4a16_rows")
 """The kernels that take part in programmatic dependent launch (`pdl_enabled`; "w4a16" is the one-row
-stream kernel and the launch that prepares its act-order activation pairs: the pipelined kernel never serves one
-row)."""
-PDL_MAX_ROWS = 1
-"""Launches of more rows (tokens) than this run without programmatic dependent launch. Decode step on an
-H200 (RESULTS.md round10), off -> on: one row 2.6-3.9 % faster in fp16 and 7.3-8.8 % with GPTQ weights
-(Llama-3-8B, Llama-2-7B shapes); from 4 rows the effect is mixed (fp16 up to 3.1 % slower at 4 rows and
-1.5 % at 16; GPTQ 1.5-4.3 % faster on Llama-3-8B but 2.3 % slower at 64 rows on Llama-2-7B). Round 26 (H100) let
-dependents launch only as each kernel's programs exit, above one row: no longer a loss in fp16 at 16 rows, but no
-gain either (GPTQ 1.4-1.7 % slower at 16, within 1 % at 64; RESULTS.md round26, 7)."""
+stream kernel and the launch that prepares its act-order activation pairs, "w4a16_rows" the pipelined GEMM, which
+never serves one row)."""
+PDL_ROWS_MAX = 64
+"""The most rows a kernel of the W4A16 decode chain takes programmatic dependent launch for (`PDL_MAX_ROWS`)."""
+PDL_MAX_ROWS: dict[str, int] = {"rmsnorm": PDL_ROWS_MAX, "silu_mul": PDL_ROWS_MAX, "w4a16_rows": PDL_ROWS_MAX,
+                                "rope_cache": 1, "attention": 1, "split_reduce": 1, "skinny": 1, "w4a16": 1}
+"""Per kernel of `PDL_KERNELS`, the most rows (tokens) a launch takes programmatic dependent launch for.
+
+One row: every kernel. Decode step on an H200 (RESULTS.md round10), off -> on: one row 2.6-3.9 % faster in fp16
+and 7.3-8.8 % with GPTQ weights (Llama-3-8B, Llama-2-7B shapes). Above one row, with every kernel taking part and
+dependents launched as each kernel starts, it was mixed (rounds 10, 16, 26: fp16 up to 4 % slower at 16 rows), and
+the pipelined W4A16 GEMM, which serves 2-256 rows, did not take part, so each layer's chain broke at its
+projections.
+
+Up to `PDL_ROWS_MAX` rows, the W4A16 chain: the pipelined GEMM asks L2 for its first weight tiles before it waits,
+and lets the next kernel launch after its K loop (`_w4a16_pipelined_triton`); the norms and SiLU * up that feed it
+and read its accumulators launch early too (RESULTS.md round28). Decode step, H100, one process, against every
+kernel at one row: GPTQ Llama-2-7B at 2 / 8 / 16 / 64 sequences 1.4-2.7 % less time, Llama-3-8B 2.1-3.7 %. The
+rotary + cache kernel added nothing there (within 0.5 %) and stays at one row with the decode attention, its split
+reduce and the skinny GEMM: above one row those cost fp16 steps up to 5 % (rounds 10, 16, 26, 28), and the attention
+cost GPTQ Llama-3-8B its gain at 64 sequences (RESULTS.md round28, 3)."""
 _PDL: dict[str, Any] = {"on": os.environ.get("OPTIMUM_AMDX_PDL", "1") not in ("", "0"), "off": frozenset()}
 
 
@@ -144,10 +156,10 @@ def pdl_enabled(arch: str) -> bool:
 
 def pdl_for(t: "torch.Tensor", kernel: str, rows: int) -> bool:
     """`pdl_enabled` for a launch of `kernel` (one of `PDL_KERNELS`) over `rows` rows (tokens) on the GPU
-    tensor `t` lives on: False on the CPU, under the interpreter and above `PDL_MAX_ROWS` rows."""
+    tensor `t` lives on: False on the CPU, under the interpreter and above the kernel's `PDL_MAX_ROWS` rows."""
     if kernel not in PDL_KERNELS:
         raise ValueError(f"unknown PDL kernel {kernel!r}; expected one of {PDL_KERNELS}")
-    if interpret_mode() or t.device.type != "cuda" or kernel in _PDL["off"] or rows > PDL_MAX_ROWS:
+    if interpret_mode() or t.device.type != "cuda" or kernel in _PDL["off"] or rows > PDL_MAX_ROWS[kernel]:
         return False
     return pdl_enabled(device_arch(t.device.index or 0))
 

@@ -91,7 +91,7 @@ def test_every_pdl_kernel_waits_for_its_producer_only_when_asked():
     rows = [line.split() for line in sm90_build_stdout(_PDL_BUILD, timeout=600).splitlines() if line.strip()]
     assert {r[0] for r in rows} == {"_rms_norm_kernel", "_silu_mul_kernel", "_rope_cache_kernel",
                                     "_unified_attention_kernel", "_split_reduce_kernel", "_skinny_gemm_kernel",
-                                    "_w4a16_stream_kernel"}
+                                    "_w4a16_stream_kernel", "_w4a16_pipelined_kernel"}
     for name, pdl, waits, launches in rows:
         assert waits == launches == pdl, (name, pdl, waits, launches)
 
@@ -129,7 +129,11 @@ def test_programmatic_dependent_launch_per_launch_rules(monkeypatch):
     try:
         runtime.set_pdl(True)
         assert runtime.pdl_for(t, "rmsnorm", 1)
-        assert not runtime.pdl_for(t, "rmsnorm", runtime.PDL_MAX_ROWS + 1)
+        for kernel in runtime.PDL_KERNELS:  # every kernel has its row limit: one row or the W4A16 chain's
+            assert runtime.PDL_MAX_ROWS[kernel] in (1, runtime.PDL_ROWS_MAX)
+            assert runtime.pdl_for(t, kernel, runtime.PDL_MAX_ROWS[kernel])
+            assert not runtime.pdl_for(t, kernel, runtime.PDL_MAX_ROWS[kernel] + 1)
+        assert runtime.pdl_for(t, "w4a16_rows", 16) and not runtime.pdl_for(t, "attention", 16)
         assert not runtime.pdl_for(torch.zeros(1), "rmsnorm", 1)
         runtime.set_pdl(True, off=("rmsnorm",))
         assert not runtime.pdl_for(t, "rmsnorm", 1) and runtime.pdl_for(t, "w4a16", 1)

@@ -112,7 +112,8 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
                 "EVEN_N": True, "PTX_LOADS": cfg.get("PTX_LOADS", True),
                 "HALF_DEQ": cfg.get("HALF_DEQ", False) and not bf16, "ACCUM": False, "PTX_DEQ": True,
                 "SCALE_AFTER": kp._scale_after(cfg, chunks), "BF16": bf16,
-                "SCALES_FIRST": kp.scales_first(cfg, zeros, kp._scale_after(cfg, chunks))}
+                "SCALES_FIRST": kp.scales_first(cfg, zeros, kp._scale_after(cfg, chunks)), "PDL": False,
+                "PDL_TRIGGER": 1, "L2_AHEAD": 0}
         act = {"x_ptr": "*bf16", "bias_ptr": "*bf16", "out_ptr": "*bf16"} if bf16 else {}
         s = dict(sig, **act, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
