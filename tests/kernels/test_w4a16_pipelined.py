@@ -507,3 +507,48 @@ def test_dispatcher_takes_the_pipelined_gemm_between_its_limits():
         assert spy.called == (lim.pipelined_min <= m <= top), m
         exact = x.double() @ expected.double().cuda()
         assert (out.double() - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
+
+
+def test_pdl_form_and_when_the_pipelined_gemm_takes_it(monkeypatch):
+    """Above one row the pipelined GEMM takes part in programmatic dependent launch where `runtime.pdl_for` allows it
+    (NVIDIA sm_90+, up to the W4A16 chain's row limit), in `PDL_KNOBS`' form (L2 requests for its first tiles, the next
+    kernel launched after its K loop); never on AMD, never when a config turns it off, and never right after a gather
+    of x (act-order or ragged K outside the engine), which lets nothing launch early. A stand-in kernel records each
+    launch's arguments."""
+    from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
+    from optimum_amdx.kernels import runtime
+
+    launches: list[dict] = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append(kwargs)
+
+    monkeypatch.setattr(kp, "_w4a16_pipelined_kernel", Recorder())
+    monkeypatch.setattr(kp, "gather_x", lambda x2, w, natural: x2.clone())  # a launch of its own on a GPU
+    monkeypatch.setattr(kp, "pdl_for", lambda t, kernel, rows: kernel == "w4a16_rows"
+                        and rows <= runtime.PDL_MAX_ROWS[kernel])  # an sm_90 GPU with PDL on
+    assert runtime.PDL_MAX_ROWS["w4a16_rows"] == runtime.PDL_ROWS_MAX >= 16
+
+    def weight(act_order: bool):
+        qweight, qzeros, scales, g_idx, _ = quantize(256, 128, 4, 128, True, act_order, "gptq", seed=1)
+        return prepare_gptq_weight(qweight, qzeros, scales, g_idx, bits=4, group_size=128)
+
+    plain, act = weight(False), weight(True)
+    x16 = torch.randn(16, 256).half()
+
+    def launch(x, w, arch, config=None):
+        launches.clear()
+        kp.pipelined_matmul(x, w, None, arch, config)
+        (kwargs,) = launches
+        return kwargs["PDL"], kwargs["launch_pdl"], kwargs["PDL_TRIGGER"], kwargs["L2_AHEAD"]
+
+    form = (kp.PDL_KNOBS["PDL_TRIGGER"], kp.PDL_KNOBS["L2_AHEAD"])
+    assert form == (1, 2)
+    assert launch(x16, plain, "sm_90") == (True, True, *form)
+    assert launch(x16, act, "sm_90")[:2] == (False, False)  # after the gather of x
+    assert launch(x16, plain, "gfx942")[:2] == (False, False)  # AMD: no PDL, no PTX
+    rows_over = runtime.PDL_ROWS_MAX + 1
+    assert launch(torch.randn(rows_over, 256).half(), plain, "sm_90")[:2] == (False, False)
+    off = dict(kp.pipelined_config(16, 256, 128), PDL=0)
+    assert launch(x16, plain, "sm_90", off)[:2] == (False, False)
