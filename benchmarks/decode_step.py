@@ -293,12 +293,12 @@ def gemm_sweep(config, dtype: torch.dtype, ms: list[int], bandwidth: float, swee
 
 @contextlib.contextmanager
 def pdl_rows(kernels: tuple[str, ...]) -> Iterator[None]:
-    """`runtime.PDL_MAX_ROWS` with `kernels` up to `runtime.PDL_ROWS_MAX` rows and every other kernel at one row
+    """`runtime.PDL_MAX_ROWS` with `kernels` up to `runtime.PDL_CHAIN_ROWS` rows and every other kernel at one row
     (``--pdl rows:...``; ``rows:`` alone is the one-row policy of rounds 10-27), restored on exit."""
     from optimum_amdx.kernels import runtime
 
     saved = dict(runtime.PDL_MAX_ROWS)
-    runtime.PDL_MAX_ROWS.update({k: runtime.PDL_ROWS_MAX if k in kernels else 1 for k in PDL_KERNELS})
+    runtime.PDL_MAX_ROWS.update({k: runtime.PDL_CHAIN_ROWS if k in kernels else 1 for k in PDL_KERNELS})
     try:
         yield
     finally:
@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--w4a16-knob", default="", help="KEY=V1,V2: time GPTQ steps under each value of an integer "
                    "knob of the one-row and pipelined W4A16 configs (e.g. num_warps=4,8)")
     p.add_argument("--pdl", default="on", help="comma list of on, off, no:KERNEL[+KERNEL] (on, less those of "
-                   "runtime.PDL_KERNELS), rows:[KERNEL[+KERNEL]] (on, those kernels up to runtime.PDL_ROWS_MAX rows "
+                   "runtime.PDL_KERNELS), rows:[KERNEL[+KERNEL]] (on, those kernels up to runtime.PDL_CHAIN_ROWS rows "
                    "and every other at one row): programmatic dependent launch (NVIDIA sm_90+) for the graphs of each "
                    "run")
     p.add_argument("--seed", type=int, default=0)

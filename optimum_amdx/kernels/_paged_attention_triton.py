@@ -658,7 +658,8 @@ def unified_attention_triton(
     _unified_attention_kernel[grid](
         q, k_cache, v_cache, out, part_out, part_lse, counters if counters is not None else seq_lens,
         block_tables, seq_lens, query_start_loc, first_pages if first_pages is not None else seq_lens,
-        out_cols if out_cols is not None else seq_lens, scale / softcap if softcap else scale * LOG2E, float(softcap or 0.0) * LOG2E, int(sliding_window or 0),
+        out_cols if out_cols is not None else seq_lens,
+        scale / softcap if softcap else scale * LOG2E, float(softcap or 0.0) * LOG2E, int(sliding_window or 0),
         num_seqs, num_heads,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),

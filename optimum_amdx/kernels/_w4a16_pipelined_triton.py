@@ -35,7 +35,7 @@ until round 21 staged them all, and bf16 lost with it (RESULTS.md section w4half
 Programmatic dependent launch (NVIDIA sm_90+, up to `runtime.PDL_MAX_ROWS` rows, ``PDL``): before it waits for the
 kernel that wrote x, a program asks L2 for the words of its first ``L2_AHEAD`` K tiles (`_l2_prefetch_words`; weights
 are written by no kernel), and it lets the next kernel launch after its K loop (``PDL_TRIGGER``), so that launch
-and the next call's own requests overlap this one's flush. In a graph of 2-16-row calls that took 0.5-1.8 us off
+and the next call's own requests overlap this one's flush. In a graph of 2-16-row calls that took 0.4-1.8 us off
 a call (4096x4096 at 16 rows 9.0 -> 7.6 us), and 1.4-3.7 % off GPTQ decode steps at 2-64 sequences (H100,
 RESULTS.md round28). `PDL_KNOBS` holds the shipped values.
 
@@ -450,7 +450,7 @@ PDL_KNOBS: dict[str, int] = {"PDL": 1, "PDL_TRIGGER": 1, "L2_AHEAD": 2}
 """The PDL form every class launches (a config may override a key; benchmarks do, `bench_w4a16.knob_on_routes`):
 take part where `runtime.pdl_for` allows; ``PDL_TRIGGER`` 1 lets the next kernel launch after the K loop (0: as the
 program starts, 2: as it exits); ``L2_AHEAD`` K tiles of words asked of L2 before the wait. H100, graphs of calls, against
-no PDL (RESULTS.md round28): after the loop with 2 tiles ahead 0.83-0.97x the time at 2-16 rows on the Llama-3-8B
+no PDL (RESULTS.md round28): after the loop with 2 tiles ahead 0.83-0.99x the time at 2-16 rows on the Llama-3-8B
 shapes; at the start 2.275 against 2.422 ms on Llama-2-7B's 2-sequence GPTQ step but 4.263 against 3.685 at 16; at
 exit 0.92-1.02x; 4 tiles ahead took 0.1-4.8 % more of a GPTQ step than 2, and 0 tiles 1.4 % more at 16 sequences."""
 BF16_PLANES_MAX_WIDE = 192

@@ -109,9 +109,9 @@ PDL_KERNELS = ("rmsnorm", "silu_mul", "rope_cache", "attention", "split_reduce",
 """The kernels that take part in programmatic dependent launch (`pdl_enabled`; "w4a16" is the one-row
 stream kernel and the launch that prepares its act-order activation pairs, "w4a16_rows" the pipelined GEMM, which
 never serves one row)."""
-PDL_ROWS_MAX = 64
-"""The most rows a kernel of the W4A16 decode chain takes programmatic dependent launch for (`PDL_MAX_ROWS`)."""
-PDL_MAX_ROWS: dict[str, int] = {"rmsnorm": PDL_ROWS_MAX, "silu_mul": PDL_ROWS_MAX, "w4a16_rows": PDL_ROWS_MAX,
+PDL_CHAIN_ROWS = 64
+"""The row limit of the W4A16 decode chain's kernels in `PDL_MAX_ROWS` (every other kernel has one row)."""
+PDL_MAX_ROWS: dict[str, int] = {"rmsnorm": PDL_CHAIN_ROWS, "silu_mul": PDL_CHAIN_ROWS, "w4a16_rows": PDL_CHAIN_ROWS,
                                 "rope_cache": 1, "attention": 1, "split_reduce": 1, "skinny": 1, "w4a16": 1}
 """Per kernel of `PDL_KERNELS`, the most rows (tokens) a launch takes programmatic dependent launch for.
 
@@ -121,12 +121,12 @@ dependents launched as each kernel starts, it was mixed (rounds 10, 16, 26: fp16
 the pipelined W4A16 GEMM, which serves 2-256 rows, did not take part, so each layer's chain broke at its
 projections.
 
-Up to `PDL_ROWS_MAX` rows, the W4A16 chain: the pipelined GEMM asks L2 for its first weight tiles before it waits,
+Up to `PDL_CHAIN_ROWS` rows, the W4A16 chain: the pipelined GEMM asks L2 for its first weight tiles before it waits,
 and lets the next kernel launch after its K loop (`_w4a16_pipelined_triton`); the norms and SiLU * up that feed it
 and read its accumulators launch early too (RESULTS.md round28). Decode step, H100, one process, against every
 kernel at one row: GPTQ Llama-2-7B at 2 / 8 / 16 / 64 sequences 1.4-2.7 % less time, Llama-3-8B 2.1-3.7 %. The
 rotary + cache kernel added nothing there (within 0.5 %) and stays at one row with the decode attention, its split
-reduce and the skinny GEMM: above one row those cost fp16 steps up to 5 % (rounds 10, 16, 26, 28), and the attention
+reduce and the skinny GEMM: above one row those cost fp16 steps up to 5.3 % (rounds 10, 16, 26, 28), and the attention
 cost GPTQ Llama-3-8B its gain at 64 sequences (RESULTS.md round28, 3)."""
 _PDL: dict[str, Any] = {"on": os.environ.get("OPTIMUM_AMDX_PDL", "1") not in ("", "0"), "off": frozenset()}
 

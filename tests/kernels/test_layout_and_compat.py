@@ -130,7 +130,7 @@ def test_programmatic_dependent_launch_per_launch_rules(monkeypatch):
         runtime.set_pdl(True)
         assert runtime.pdl_for(t, "rmsnorm", 1)
         for kernel in runtime.PDL_KERNELS:  # every kernel has its row limit: one row or the W4A16 chain's
-            assert runtime.PDL_MAX_ROWS[kernel] in (1, runtime.PDL_ROWS_MAX)
+            assert runtime.PDL_MAX_ROWS[kernel] in (1, runtime.PDL_CHAIN_ROWS)
             assert runtime.pdl_for(t, kernel, runtime.PDL_MAX_ROWS[kernel])
             assert not runtime.pdl_for(t, kernel, runtime.PDL_MAX_ROWS[kernel] + 1)
         assert runtime.pdl_for(t, "w4a16_rows", 16) and not runtime.pdl_for(t, "attention", 16)

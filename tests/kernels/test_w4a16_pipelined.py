@@ -528,7 +528,7 @@ def test_pdl_form_and_when_the_pipelined_gemm_takes_it(monkeypatch):
     monkeypatch.setattr(kp, "gather_x", lambda x2, w, natural: x2.clone())  # a launch of its own on a GPU
     monkeypatch.setattr(kp, "pdl_for", lambda t, kernel, rows: kernel == "w4a16_rows"
                         and rows <= runtime.PDL_MAX_ROWS[kernel])  # an sm_90 GPU with PDL on
-    assert runtime.PDL_MAX_ROWS["w4a16_rows"] == runtime.PDL_ROWS_MAX >= 16
+    assert runtime.PDL_MAX_ROWS["w4a16_rows"] == runtime.PDL_CHAIN_ROWS >= 16
 
     def weight(act_order: bool):
         qweight, qzeros, scales, g_idx, _ = quantize(256, 128, 4, 128, True, act_order, "gptq", seed=1)
@@ -548,7 +548,64 @@ def test_pdl_form_and_when_the_pipelined_gemm_takes_it(monkeypatch):
     assert launch(x16, plain, "sm_90") == (True, True, *form)
     assert launch(x16, act, "sm_90")[:2] == (False, False)  # after the gather of x
     assert launch(x16, plain, "gfx942")[:2] == (False, False)  # AMD: no PDL, no PTX
-    rows_over = runtime.PDL_ROWS_MAX + 1
+    rows_over = runtime.PDL_CHAIN_ROWS + 1
     assert launch(torch.randn(rows_over, 256).half(), plain, "sm_90")[:2] == (False, False)
     off = dict(kp.pipelined_config(16, 256, 128), PDL=0)
     assert launch(x16, plain, "sm_90", off)[:2] == (False, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_pdl_chain_reads_each_input_after_its_producer_under_graph_replay():
+    """Above one row the pipelined GEMM and the norms around it launch early on NVIDIA sm_90+ (`runtime.PDL_MAX_ROWS`;
+    plain launches elsewhere). A captured chain of residual blocks, h = norm(h @ W + h), through the accumulating, the
+    flushed and the act-order route, whose input flips sign between replays, gives each replay's float32 result: a
+    kernel that read its producer's output before it was written would have read the last replay's, of the opposite
+    sign."""
+    from optimum_amdx.kernels.rmsnorm import rms_norm
+    from optimum_amdx.kernels.runtime import device_arch
+    from optimum_amdx.kernels.w4a16 import accumulating_route, accumulator, dispatch_route, w4a16_accumulate
+
+    k = 4096
+    layers = []
+    for seed, act_order in ((1, False), (2, False), (3, True)):
+        qweight, qzeros, scales, g_idx, dense = quantize(k, k, 4, 128, True, act_order, "gptq", seed=seed)
+        w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=128)
+        layers.append((w, dense.cuda()))
+    norm_w = torch.ones(k, dtype=torch.float16, device="cuda")
+    for m in (2, 16, 64):
+        if device_arch().startswith("sm_"):
+            assert dispatch_route(m, layers[0][0], torch.float16, device_arch()) == "pipelined"
+        x0 = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).half().cuda()
+        sign = torch.ones(1, dtype=torch.float16, device="cuda")
+
+        def chain() -> torch.Tensor:
+            h = x0 * sign
+            for i, (w, _) in enumerate(layers):
+                route = accumulating_route(h, w) if i == 0 else None  # the first one accumulated where a route takes it
+                if route is not None:
+                    acc = w4a16_accumulate(h, w, accumulator(h.device, k, m), route)
+                    h = rms_norm(acc, norm_w, 1e-6, residual=h, accumulated=True)[0]
+                else:
+                    h = rms_norm(w4a16_matmul(h, w), norm_w, 1e-6, residual=h)[0]
+            return h
+
+        def reference(s: float) -> torch.Tensor:
+            h = x0.float() * s
+            for _, dense in layers:
+                h = h @ dense + h
+                h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return h
+
+        chain()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = chain()
+        for rep in range(4):
+            s = -1.0 if rep % 2 else 1.0
+            sign.fill_(s)
+            graph.replay()
+            torch.cuda.synchronize()
+            err = (out.float() - reference(s)).abs().max().item()
+            assert err < 0.05, (m, rep, err)
