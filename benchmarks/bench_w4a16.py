@@ -8,7 +8,9 @@ One run measures, on the current GPU:
   * M = 1 .. 2048 on three shapes (g128): ours, torch fp16 on the dequantized weight, GemLite
     (PyPI, Triton) and torch's int4 kernel (`_weight_int4pack_mm`, bf16 activations), side by side,
     with the ratios the goals name (M 2..16 vs our M = 1 time; vs fp16; vs the faster peer);
-  * with --sweep, programs per SM for the stream kernel at M = 1 and 16.
+  * with --sweep, programs per SM for the stream kernel at M = 1 and 16;
+  * with --read-floor, beside each M = 1 row the best a read-only kernel does over the same bytes in the same
+    harness (`benchmark.read_floor`), plain and with PDL: the most any kernel could reach on that call.
 Every time is the median of graph replays over enough weight copies that L2 cannot hold them.
 Prints the tables and writes JSON (--out).
 Usage: python benchmarks/bench_w4a16.py --out w4a16.json [--quick] [--sweep] [--no-peers]
@@ -26,8 +28,9 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
+from optimum_amdx.benchmark.read_floor import read_floor_ms
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
-from optimum_amdx.kernels.runtime import device_arch
+from optimum_amdx.kernels.runtime import device_arch, pdl_enabled
 from optimum_amdx.kernels.w4a16 import (W4A16Weight, dispatch_route, pack_gptq_int32, prepare_gptq_weight,
                                         w4a16_matmul)
 
@@ -186,7 +189,9 @@ def peer_ms(make: Callable[..., Any], raw: dict, k: int, n: int, m: int, dtype: 
         return float("nan")
 
 
-def m1_table(copy_bw: float, shapes: list[tuple[int, int]]) -> list[dict[str, Any]]:
+def m1_table(copy_bw: float, shapes: list[tuple[int, int]], read_floor: bool = False) -> list[dict[str, Any]]:
+    """The goal-1 table; with `read_floor`, each row also gets the best time a read-only kernel takes over the same
+    bytes in the same harness, plain and with PDL (`benchmark.read_floor`): the most any kernel could reach there."""
     rows = []
     for (k, n), group, act in itertools.product(shapes, (128, 32), (False, True)):
         w, _ = random_gptq(k, n, group, act, seed=k + n + group + int(act))
@@ -194,8 +199,15 @@ def m1_table(copy_bw: float, shapes: list[tuple[int, int]]) -> list[dict[str, An
         nbytes = call_bytes(w, 1)
         rows.append({"K": k, "N": n, "group": group, "act_order": act, "ms": ms, "floor_ms": nbytes / copy_bw * 1e3,
                      "pct_copy_bw": 100 * nbytes / (ms * 1e-3) / copy_bw})
-        print(f"  M=1 {k:>5}x{n:<5} g{group:<3} act={int(act)} {ms * 1e3:7.1f} us  floor {rows[-1]['floor_ms'] * 1e3:6.1f} us"
-              f"  {rows[-1]['pct_copy_bw']:5.1f}% of copy", flush=True)
+        line = (f"  M=1 {k:>5}x{n:<5} g{group:<3} act={int(act)} {ms * 1e3:7.1f} us  floor {rows[-1]['floor_ms'] * 1e3:6.1f} us"
+                f"  {rows[-1]['pct_copy_bw']:5.1f}% of copy")
+        if read_floor:
+            for mode in ("plain", "pdl") if pdl_enabled(device_arch()) else ("plain",):
+                rf = read_floor_ms(nbytes, pdl=mode == "pdl")
+                rf["pct_copy_bw"] = 100 * nbytes / (rf["ms"] * 1e-3) / copy_bw
+                rows[-1][f"read_floor_{mode}"] = rf
+                line += f"  read {mode} {rf['ms'] * 1e3:5.1f} us ({rf['pct_copy_bw']:4.1f}%)"
+        print(line, flush=True)
         del w
     return rows
 
@@ -352,6 +364,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-peers", action="store_true", help="skip GemLite and torch int4")
     parser.add_argument("--skip-m1", action="store_true", help="skip the seven-shape M=1 table")
     parser.add_argument("--m1-only", action="store_true", help="only the seven-shape M=1 table")
+    parser.add_argument("--read-floor", action="store_true", help="with the M=1 table: the best a read-only kernel "
+                        "does over each call's bytes, plain and with PDL (what any kernel could reach there)")
     parser.add_argument("--sweep-only", action="store_true", help="only the config sweep")
     parser.add_argument("--crossover-only", action="store_true", help="only stream vs dequant at 16..255 rows")
     parser.add_argument("--sweep-m", default="1,16,32,64,128", help="row counts the sweep covers")
@@ -395,7 +409,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     json.dump(result, f, indent=1, default=str)
             return 0
     if not args.skip_m1:
-        result["m1"] = m1_table(copy_bw, LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES)
+        result["m1"] = m1_table(copy_bw, LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES, args.read_floor)
     ms_list = [1, 4, 16, 32, 64, 128, 256, 2048] if args.quick else BATCH_MS
     if args.batch_ms:
         ms_list = [int(v) for v in args.batch_ms.split(",")]
@@ -408,6 +422,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         if cells:
             print(f"{k:>6}x{n:<6} | {cells[(128, False)]:6.1f} {cells[(128, True)]:8.1f} | {cells[(32, False)]:6.1f} "
                   f"{cells[(32, True)]:8.1f}")
+    if args.read_floor and result.get("m1"):
+        print("\nM=1 read floor (a read-only kernel over the same bytes, best program size): % of copy, plain / PDL")
+        print(f"{'K x N':>13} | {'g128':>11} {'g128 act':>11} | {'g32':>11} {'g32 act':>11}")
+        for k, n in LLAMA_SHAPES:
+            rs = {(r["group"], r["act_order"]): r for r in result["m1"] if (r["K"], r["N"]) == (k, n)}
+            if rs:
+                print(f"{k:>6}x{n:<6} | " + " ".join(
+                    f"{rs[key]['read_floor_plain']['pct_copy_bw']:5.1f}/"
+                    + (f"{rs[key]['read_floor_pdl']['pct_copy_bw']:<5.1f}" if "read_floor_pdl" in rs[key] else "  -  ")
+                    for key in ((128, False), (128, True), (32, False), (32, True))))
     if result["batch"]:
         print("\nBatch sizes (g128, us; ratios > 1 mean ours is faster)")
         print(f"{'K x N':>12} {'M':>5} {'route':>7} | {'floor':>6} {'ours':>7} {'fp16':>7} {'GemLite':>7} {'int4mm':>7} | "
