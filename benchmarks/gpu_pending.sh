@@ -9,7 +9,7 @@
 #   bash benchmarks/gpu_pending.sh decode    # Llama-3-8B GPTQ decode step: plain vs act-order, gathers moved or not
 #   bash benchmarks/gpu_pending.sh e2e-l3    # optimum-amdx benchmark, Llama-3-8B: fp16, GPTQ, GPTQ with a 4-bit lm_head
 #   bash benchmarks/gpu_pending.sh e2e-l2    # the same for Llama-2-7B: fp16, GPTQ
-#   bash benchmarks/gpu_pending.sh m1        # the seven-shape one-row table with the shipped config, then the knob sweep
+#   bash benchmarks/gpu_pending.sh m1        # the seven-shape one-row table with the shipped config and the read floor, then the knob sweep
 #   bash benchmarks/gpu_pending.sh pdl       # programmatic dependent launch: GPU tests with it on, decode step off vs on (fp16, GPTQ, both shapes)
 #   bash benchmarks/gpu_pending.sh attn      # decode attention: the shipped config and split rule against the grid, 1-64 sequences
 #   bash benchmarks/gpu_pending.sh prefill   # 512-2048-row projections: fp16, dequant + BLAS and the fused GEMMs (pipelined configs), both shapes
@@ -59,7 +59,7 @@ case "${1:-}" in
   e2e-l2)
     bench 560 benchmark-llama2-7b llama-2-7b none,gptq-4bit ;;
   m1)
-    step 300 m1.log python3 benchmarks/bench_w4a16.py --m1-only --no-peers --out "$out/w4a16-m1.json"
+    step 300 m1.log python3 benchmarks/bench_w4a16.py --m1-only --read-floor --no-peers --out "$out/w4a16-m1.json"
     step 250 gemv-sweep.log python3 benchmarks/bench_w4a16_gemv.py --out "$out/w4a16-gemv.json" ;;
   pdl)
     step 240 gputests.log python3 -m pytest -q -p no:cacheprovider -m gpu -x tests/kernels/test_w4a16_stream.py \
