@@ -627,23 +627,35 @@ def test_engine_fuses_gptq_projections_of_a_quantized_checkpoint(tmp_path):
                 torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=2e-2 * want.abs().max().item())
 
 
+def layout_columns(k_tiles: int, k: int, perm: list[int], natural: bool) -> list[int]:
+    """For each position of each 128-row K tile, the column of x it meets (k: a padded row, a zero column), written
+    element by element from the layout's rule rather than with the package's index code: the natural order is row
+    p of the tile; the pair order puts row r of plane bitrev3(t) at position p = 8 r + t."""
+    bitrev3 = [0, 4, 2, 6, 1, 5, 3, 7]
+    out = []
+    for kt in range(k_tiles):
+        for p in range(128):
+            row = kt * 128 + (p if natural else 16 * bitrev3[p % 8] + p // 8)
+            out.append(perm[row] if row < k else k)
+    return out
+
+
 @pytest.mark.parametrize("k,act_order", [(256, True), (200, False), (256, False)])
 def test_activation_order_is_made_with_the_weight(k, act_order):
     """A weight whose x the kernels gather (act-order, or K off the 128-row tiles) carries both activation orders
-    from its construction, so no call makes them (a graph captured around a first call would record the build);
-    the natural order is `perm` (or 0..K-1) with K, a zero column, for each padded row; a presorted weight of
-    whole tiles carries none."""
+    from its construction, so no call makes them (a graph captured around a first call would record the build).
+    Both orders equal `layout_columns`: the natural one is `perm` (or 0..K-1) with K, a zero column, for each padded
+    row; the pair order the same columns as the fused GEMM's joined tile meets them. A presorted weight of whole
+    tiles carries none."""
     qweight, qzeros, scales, g_idx, _ = quantize(k, 32, 4, 32, False, act_order, "gptq", seed=k)
     w = prepare_gptq_weight(qweight, qzeros, scales, g_idx, group_size=32)
     if not act_order and k % 128 == 0:
         assert w.x_order is None
         return
     assert set(w.x_order) == {True, False}
-    natural = w.x_order[True].long()
-    source = w.perm.long() if act_order else torch.arange(k)
-    assert torch.equal(natural[:k], source) and bool((natural[k:] == k).all())
-    assert natural.numel() == w.k_tiles * 128
-    assert torch.equal(torch.sort(w.x_order[False][w.x_order[False] < k].long()).values, torch.arange(k))
+    perm = w.perm.tolist() if act_order else list(range(k))
+    for order in (True, False):
+        assert w.x_order[order].tolist() == layout_columns(w.k_tiles, k, perm, order)
     if act_order:
         assert w.presorted().x_order is None
 
@@ -655,16 +667,19 @@ def test_activation_order_is_made_with_the_weight(k, act_order):
     (64, False, True, torch.float16, (64, 128, 4)),
     (384, True, True, torch.float16, "auto")])
 def test_gather_x_is_x_in_the_layout_order(k, act_order, natural, dtype, form):
-    """The one-launch gather of the GEMM routes equals pad + index_select through `x_index`: x's
-    columns in each K tile's order (act-order permutation applied), zeros for the padded rows; the
-    input may be a strided view. Both kernels: the column gather (None) and the row gather, whole rows and
-    chunks of them (K = 64 = ROW: the padded rows' index K lies past the row), and the default choice."""
-    from optimum_amdx.kernels._w4a16_gemm_triton import gather_x, x_index
+    """The one-launch gather of the GEMM routes: x's columns in each K tile's order (act-order permutation
+    applied), zeros for the padded rows; the input may be a strided view. Both kernels: the column gather (None)
+    and the row gather, whole rows and chunks of them (K = 64 = ROW: the padded rows' index K lies past the row),
+    and the default choice. The expected columns come from `layout_columns` (the layout's rule element by element),
+    not from the index the kernels read (`x_index`)."""
+    from optimum_amdx.kernels._w4a16_gemm_triton import gather_x
 
     qweight, qzeros, scales, g_idx, _ = quantize(k, 32, 4, 32, False, act_order, "gptq", seed=k)
     w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=32)
     wide = torch.randn(6, k + 8, generator=torch.Generator().manual_seed(k)).to(dtype).to(DEVICE)
     x = wide[:, 3:3 + k]  # row stride k + 8
-    expected = torch.nn.functional.pad(x, (0, 1)).index_select(1, x_index(w, natural).long())
+    perm = w.perm.tolist() if w.perm is not None else list(range(k))
+    expected = torch.stack([x[:, c] if c < k else torch.zeros_like(x[:, 0])
+                            for c in layout_columns(w.k_tiles, k, perm, natural)], dim=1)
     got = gather_x(x, w, natural, form)
     assert got.shape == expected.shape and torch.equal(got, expected)
