@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from optimum_amdx.benchmark.read_floor import CHUNK_WORDS, read_floor_ms, read_words
+from optimum_amdx.kernels.runtime import device_arch, pdl_enabled
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@pytest.mark.parametrize("chunk", [1024, 4096])
+@pytest.mark.parametrize("chunk", [512, 4096])
 @pytest.mark.parametrize("n", [4096, 4096 * 3 + 517])
 def test_each_program_xors_exactly_its_run(chunk, n):
     gen = torch.Generator().manual_seed(n + chunk)
@@ -27,4 +28,7 @@ def test_each_program_xors_exactly_its_run(chunk, n):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_read_floor_times_every_program_size():
     r = read_floor_ms(8 << 20)
-    assert set(r["by_chunk"]) == set(CHUNK_WORDS) and r["ms"] == min(r["by_chunk"].values()) > 0
+    assert set(r["by_form"]) == {str(c) for c in CHUNK_WORDS} and r["ms"] == min(r["by_form"].values()) > 0
+    if pdl_enabled(device_arch()):
+        r = read_floor_ms(8 << 20, pdl=True)
+        assert len(r["by_form"]) == 2 * len(CHUNK_WORDS) and r["ms"] == min(r["by_form"].values()) > 0
