@@ -191,7 +191,8 @@ def peer_ms(make: Callable[..., Any], raw: dict, k: int, n: int, m: int, dtype: 
 
 def m1_table(copy_bw: float, shapes: list[tuple[int, int]], read_floor: bool = False) -> list[dict[str, Any]]:
     """The goal-1 table; with `read_floor`, each row also gets the best time a read-only kernel takes over the same
-    bytes in the same harness, plain and with PDL (`benchmark.read_floor`): the most any kernel could reach there."""
+    bytes in the same harness, plain and with PDL where the GPU has it (`benchmark.read_floor`): the most any kernel
+    could reach there."""
     rows = []
     for (k, n), group, act in itertools.product(shapes, (128, 32), (False, True)):
         w, _ = random_gptq(k, n, group, act, seed=k + n + group + int(act))
