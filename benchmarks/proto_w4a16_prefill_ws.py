@@ -14,8 +14,9 @@ for Blackwell and "simple matmul loops". This script measures, at the given rows
     and with warp specialization (`w4_*_ws0|1`);
   * the shipped W4A16 route (`w4a16_matmul`) on a GPTQ weight of the same shape.
 
-Each cell: us per call (graph replays over two weight copies) and the error against the fp16 product. Compile
-failures are recorded as ERR. Prints the best of each family per shape and writes JSON (argv[1]).
+Each cell: us per call (graph replays over two weight copies: the two 4-bit copies of the smaller weights fit an
+H200's L2, so their cells can be partly warm) and the error against the fp16 product. Compile failures are recorded
+as ERR. Prints the best of each family per shape and writes JSON (argv[1]).
 Usage: ROWS=512,2048 [SHAPES=4096x28672,...] python benchmarks/proto_w4a16_prefill_ws.py out.json
 """
 import itertools
