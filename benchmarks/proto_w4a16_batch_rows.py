@@ -13,7 +13,9 @@ shipped kernel does (`_flush_row`: float32 partial sums and a ticket, or a plain
 fp16, one scale group per tile (g128), prepared activation pairs (the decode step's paired input), NVIDIA (the
 packed PTX loop `_dot32`). Each cell is timed as every W4A16 figure is (graph replays over L2-cold weight copies):
 the shipped call on the same paired input beside this form at each (S, BATCH, warps), with and without PDL.
-Usage: python benchmarks/proto_w4a16_batch_rows.py [out.json]
+With --accumulate, the decode step's form: the sums added into a float32 accumulator (no flush), on the Llama-3-8B
+q/k/v, o and down shapes, PDL on, against the shipped accumulating call on the same paired input.
+Usage: python benchmarks/proto_w4a16_batch_rows.py [--accumulate] [out.json]
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import triton.language as tl
 
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
 from optimum_amdx.kernels._pdl import gdc_launch_dependents, gdc_wait
-from optimum_amdx.kernels._w4a16_triton import _bias_pairs, _dot32, _flush_row, _workspace, stream_matmul
+from optimum_amdx.kernels._w4a16_triton import _bias_pairs, _dot32, _flush_row, _leave_block, _workspace, stream_matmul
 from optimum_amdx.kernels.runtime import device_arch
 from optimum_amdx.kernels.w4a16 import pair_order
 
@@ -69,7 +71,8 @@ def _words_at(units, tile_offs, TILE_WORDS: tl.constexpr):
 
 @triton.jit
 def _batch_row_kernel(qw_ptr, s_ptr, z_ptr, xp_ptr, out_ptr, ws_ptr, cnt_ptr, N, KT, NB, n_units,
-                      BLOCK_N: tl.constexpr, BATCH: tl.constexpr, HAS_ZEROS: tl.constexpr, PDL: tl.constexpr):
+                      BLOCK_N: tl.constexpr, BATCH: tl.constexpr, HAS_ZEROS: tl.constexpr, PDL: tl.constexpr,
+                      ACCUM: tl.constexpr = False):
     TILE_WORDS: tl.constexpr = BLOCK_N * 16
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
@@ -97,24 +100,42 @@ def _batch_row_kernel(qw_ptr, s_ptr, z_ptr, xp_ptr, out_ptr, ws_ptr, cnt_ptr, N,
             tl.store(cnt_ptr + ub, 0)
         acc3 = _dot32(acc3, cur, x0, x1, x2, x3, zl, zh, zl, zh, s, s, s, s, 1)
         cur = nxt
-    _flush_row(tl.sum(acc3, axis=0), nb, u0, u1, n_prog, n_units, KT, NB, N, 0, offs_loc, out_ptr, ws_ptr, cnt_ptr,
-               ws_ptr, 0, BLOCK_N, False)
+    if ACCUM:  # the decode step's form: the sums go into the caller's float32 accumulator (`ws_ptr`), no flush
+        offs_n = nb * BLOCK_N + offs_loc
+        _leave_block(tl.sum(tl.sum(acc3, axis=0), axis=1), out_ptr, ws_ptr + offs_n, offs_n < N, ws_ptr, offs_n, N,
+                     nb, u0, u1, n_prog, n_units, KT, cnt_ptr, 1, False, True)
+    else:
+        _flush_row(tl.sum(acc3, axis=0), nb, u0, u1, n_prog, n_units, KT, NB, N, 0, offs_loc, out_ptr, ws_ptr,
+                   cnt_ptr, ws_ptr, 0, BLOCK_N, False)
 
 
-def batch_rows(xp: torch.Tensor, w, out: torch.Tensor, splits: int, batch: int, warps: int, pdl: bool) -> None:
-    """out[0] = x @ W for the paired one-row input `xp` (int32 words), `splits` programs per column block."""
+def batch_rows(xp: torch.Tensor, w, out: torch.Tensor, splits: int, batch: int, warps: int, pdl: bool,
+               acc: torch.Tensor | None = None) -> None:
+    """out[0] = x @ W for the paired one-row input `xp` (int32 words), `splits` programs per column block; with
+    `acc` (float32 [1, N]) the sums are added into it instead (no flush, as the decode step's accumulating calls)."""
     kt, nb = w.k_tiles, w.n_blocks
     ws, cnt = _workspace(xp.device, w.out_features, nb)
+    if acc is not None:
+        ws = acc
     extra = {"launch_pdl": True} if pdl else {}
     _batch_row_kernel[(nb * splits,)](w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, xp, out, ws,
                                       cnt, w.out_features, kt, nb, kt * nb, BLOCK_N=128, BATCH=batch,
-                                      HAS_ZEROS=w.zeros is not None, PDL=pdl, num_warps=warps, **extra)
+                                      HAS_ZEROS=w.zeros is not None, PDL=pdl, ACCUM=acc is not None, num_warps=warps,
+                                      **extra)
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", nargs="?", help="write the cells as JSON here")
+    ap.add_argument("--accumulate", action="store_true", help="the decode step's form: sums added into a float32 "
+                    "accumulator (no flush), on q/k/v, o and down of Llama-3-8B, PDL on")
+    args = ap.parse_args()
     torch.manual_seed(0)
     arch = device_arch()
-    shapes = [(4096, 4096), (4096, 14336), (14336, 4096)]
+    shapes = [(4096, 6144), (4096, 4096), (14336, 4096)] if args.accumulate else [(4096, 4096), (4096, 14336),
+                                                                                   (14336, 4096)]
     rows = []
     for k, n in shapes:
         w0, _ = random_gptq(k, n, 128, False, seed=k + n)
@@ -122,22 +143,30 @@ def main() -> None:
         x = torch.randn(1, k, device="cuda", dtype=torch.float16)
         xp = x[:, pair_order(k, x.device)].contiguous().view(torch.int32)
         out = torch.empty(1, n, device="cuda", dtype=torch.float16)
+        acc = torch.zeros(1, n, device="cuda", dtype=torch.float32) if args.accumulate else None
         ref = torch.empty_like(out)
         stream_matmul(xp.view(torch.float16), w0, None, ref, arch, paired=True)
-        shipped = graph_ms([lambda w=w: stream_matmul(xp.view(torch.float16), w, None, out, arch, paired=True)
-                            for w in ws]) * 1e3
-        row = {"K": k, "N": n, "shipped_paired_us": shipped, "cells": []}
+        if args.accumulate:  # the accumulator is never zeroed between timed calls (the same for both forms)
+            shipped = graph_ms([lambda w=w: stream_matmul(xp.view(torch.float16), w, None, acc, arch, accumulate=True,
+                                                          paired=True) for w in ws]) * 1e3
+        else:
+            shipped = graph_ms([lambda w=w: stream_matmul(xp.view(torch.float16), w, None, out, arch, paired=True)
+                                for w in ws]) * 1e3
+        row = {"K": k, "N": n, "accumulate": args.accumulate, "shipped_paired_us": shipped, "cells": []}
         kt = w0.k_tiles
-        for s, batch, warps, pdl in itertools.product([d for d in (1, 2, 4, 8, 16) if kt % d == 0], (2, 4, 8), (4, 8),
-                                                      (True, False)):
-            t_per = kt // s
-            if batch > t_per:
+        grid = itertools.product([d for d in (1, 2, 4, 8, 16) if kt % d == 0], (2, 4, 8), (4, 8),
+                                 (True,) if args.accumulate else (True, False))
+        for s, batch, warps, pdl in grid:
+            if batch > kt // s or (args.accumulate and batch == 8 and warps == 4):
                 continue
             try:
-                batch_rows(xp, w0, out, s, batch, warps, pdl)
+                if acc is not None:
+                    acc.zero_()
+                batch_rows(xp, w0, out, s, batch, warps, pdl, acc)
                 torch.cuda.synchronize()
-                err = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
-                t = graph_ms([lambda w=w: batch_rows(xp, w, out, s, batch, warps, pdl) for w in ws]) * 1e3
+                got = acc if acc is not None else out
+                err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+                t = graph_ms([lambda w=w: batch_rows(xp, w, out, s, batch, warps, pdl, acc) for w in ws]) * 1e3
             except Exception as e:  # a config that does not compile (registers) is recorded, not fatal
                 row["cells"].append({"S": s, "BATCH": batch, "warps": warps, "pdl": pdl,
                                      "error": (str(e).splitlines() or [type(e).__name__])[0][:120]})
@@ -145,7 +174,7 @@ def main() -> None:
             row["cells"].append({"S": s, "BATCH": batch, "warps": warps, "pdl": pdl, "us": t, "rel_err": err})
         ok = [c for c in row["cells"] if "us" in c]
         best = {p: min((c for c in ok if c["pdl"] == p), key=lambda c: c["us"], default=None) for p in (True, False)}
-        print(f"{k}x{n}: shipped (paired) {shipped:.1f} us; " + "; ".join(
+        print(f"{k}x{n}{' accumulating' if args.accumulate else ''}: shipped (paired) {shipped:.1f} us; " + "; ".join(
             f"{'PDL' if p else 'plain'} best {c['us']:.1f} us (S={c['S']} B={c['BATCH']} w={c['warps']}, "
             f"{kt // c['S']} tiles a program, {w0.n_blocks * c['S']} programs, err {c['rel_err']:.1e})"
             for p, c in best.items() if c), flush=True)
@@ -155,8 +184,8 @@ def main() -> None:
         if errs:
             print(f"    {len(errs)} configs failed, first: {errs[0]}", flush=True)
         rows.append(row)
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
+    if args.out:
+        with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
 
 
