@@ -929,7 +929,7 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # the loop then loads them as plain words, no byte permutes (RESULTS.md round26: 4096x28672 and 8192x28672
     # 1.6-5 % faster on an H100, 8-9 % on an H200; narrower calls lose the launch, 0.6-1.5 us).
     # Flushed one-row calls reading prepared pairs with one scale group per tile and at least `xprep_min_units_per_cu`
-    # tiles per SM (act-order 4096x11008 and wider): 4-warp programs too (`xprep_rule`, RESULTS.md round27).
+    # tiles per SM (act-order 4096x11008 and wider): 4-warp programs too (`one_row_warps`, RESULTS.md round27).
     "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8, "wide_min_units_per_cu": 40,
                    "wide_num_warps": 4, "wide_xprep": True, "xprep_min_units_per_cu": 16, "xprep_num_warps": 4},
                16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8},
@@ -991,11 +991,6 @@ def is_wide(cfg: dict[str, Any], n_units: int, chunks: int, cus: int) -> bool:
                 and n_units >= cfg["wide_min_units_per_cu"] * cus)
 
 
-def wide_rule(cfg: dict[str, Any], n_units: int, chunks: int, cus: int) -> dict[str, Any]:
-    """`cfg` with ``wide_num_warps`` as its warps on a wide one-row call (`is_wide`)."""
-    return dict(cfg, num_warps=cfg["wide_num_warps"]) if is_wide(cfg, n_units, chunks, cus) else cfg
-
-
 def prepared_pairs(cfg: dict[str, Any], packed: bool, bf16_pairs: bool, paired: bool, lookahead: bool, perm: bool,
                    even_k: bool, wide: bool, accumulate: bool) -> bool:
     """Whether a stream call's packed loop reads prepared x pairs (``XPREP``) instead of building them from x in the
@@ -1010,18 +1005,25 @@ def prepared_pairs(cfg: dict[str, Any], packed: bool, bf16_pairs: bool, paired: 
             or (wide and not accumulate and bool(cfg.get("wide_xprep", False))))
 
 
-def xprep_rule(cfg: dict[str, Any], xprep: bool, accumulate: bool, n_units: int, chunks: int,
-               cus: int) -> dict[str, Any]:
-    """`cfg` with ``xprep_num_warps`` as its warps on a flushed one-row call whose packed loop reads prepared pairs
-    (`xprep`, `prepared_pairs`: act-order, ragged K) with one scale group per tile and at least
-    ``xprep_min_units_per_cu`` tiles per CU/SM. That loop holds more registers than the one building its pairs
-    (sm_90: 76 against 63 a thread), so 8-warp programs fit 3 to an SM; 4-warp ones fit 6, twice the tiles in flight
-    (H100, act-order g128, RESULTS.md round27: 4096x11008 14.3 -> 13.2 us, 4096x14336 and 14336x4096 5 % faster;
-    4096x4096, 8 tiles per SM, 1-5 % slower; group 32 1-7 % slower). The decode step's accumulating calls on paired
-    input keep their warps: with the rule its batch-1 step was 0.2-1.3 % slower."""
+def one_row_warps(cfg: dict[str, Any], wide: bool, xprep: bool, accumulate: bool, n_units: int, chunks: int,
+                  cus: int) -> dict[str, Any]:
+    """`cfg` with the warps of its one-row call's class, the first that matches (the keys are the family's, see
+    STREAM_CONFIGS; a family without them keeps ``num_warps``):
+
+    1. ``xprep_num_warps``: a flushed call whose packed loop reads prepared pairs (`xprep`, `prepared_pairs`:
+       act-order, ragged K, wide) with one scale group per tile and at least ``xprep_min_units_per_cu`` tiles per
+       CU/SM. That loop holds more registers than the one building its pairs (sm_90: 76 against 63 a thread), so
+       8-warp programs fit 3 to an SM; 4-warp ones fit 6, twice the tiles in flight (H100, act-order g128,
+       RESULTS.md round27: 4096x11008 14.3 -> 13.2 us, 4096x14336 and 14336x4096 5 % faster; 4096x4096, 8 tiles per
+       SM, 1-5 % slower; group 32 1-7 % slower). The decode step's accumulating calls on paired input keep their
+       warps: with the rule its batch-1 step was 0.2-1.3 % slower.
+    2. ``wide_num_warps``: a wide call (`is_wide`; round 11, see STREAM_CONFIGS).
+    3. ``num_warps`` otherwise."""
     if (xprep and not accumulate and chunks == 1 and cfg.get("xprep_num_warps")
             and n_units >= cfg.get("xprep_min_units_per_cu", 0) * cus):
         return dict(cfg, num_warps=cfg["xprep_num_warps"])
+    if wide:
+        return dict(cfg, num_warps=cfg["wide_num_warps"])
     return cfg
 
 
@@ -1166,7 +1168,6 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     chunks = _chunks(gs)
     cus = compute_units(x2.device)
     wide = is_wide(cfg, n_units, chunks, cus)
-    cfg = wide_rule(cfg, n_units, chunks, cus)
     packed = packed_route(cfg, arch, x2.dtype, chunks, w.perm is not None, k % TILE_K == 0, wide or accumulate)
     bf16_pairs = packed and x2.dtype == torch.bfloat16  # built in the loop: no prepared pairs, no look-ahead
     half_loop = not packed and half_loop_route(cfg, x2.dtype, w.perm is not None)
@@ -1175,7 +1176,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     pdl = not lookahead and pdl_ok
     xprep = prepared_pairs(cfg, packed, bf16_pairs, paired, lookahead, w.perm is not None, k % TILE_K == 0, wide,
                            accumulate)
-    cfg = xprep_rule(cfg, xprep, accumulate, n_units, chunks, cus)
+    cfg = one_row_warps(cfg, wide, xprep, accumulate, n_units, chunks, cus)
     xp = w.qweight
     if paired:
         if not packed or bf16_pairs or m != 1 or w.perm is not None or k % TILE_K:

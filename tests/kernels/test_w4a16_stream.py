@@ -304,32 +304,31 @@ def test_prepared_pairs_where_the_loop_cannot_build_them_and_on_wide_flushed_cal
     assert not prepared_pairs(cfg, **dict(plain, bf16_pairs=True, wide=True))
 
 
-def test_one_row_calls_reading_prepared_pairs_take_smaller_programs_from_16_tiles_per_sm():
-    """`xprep_rule` (hopper): 4-warp programs for a flushed packed one-row call that reads prepared pairs, one scale
-    group per tile, at least ``xprep_min_units_per_cu`` tiles per SM (act-order 4096x11008: 2752 tiles on 132 SMs);
-    not for 4096x4096 (1024 tiles), group 32, calls that build their pairs in the loop, the decode step's
-    accumulating calls, or a family without the keys."""
-    from optimum_amdx.kernels._w4a16_triton import stream_config, xprep_rule
+def test_one_row_warps_by_call_class():
+    """`one_row_warps` (hopper), first match:
+    - 4-warp programs for a flushed packed call that reads prepared pairs, one scale group per tile, at least
+      ``xprep_min_units_per_cu`` tiles per SM (act-order 4096x11008: 2752 tiles on 132 SMs); not for 4096x4096
+      (1024 tiles), group 32, calls that build their pairs in the loop, or the decode step's accumulating calls;
+    - 4-warp programs for a wide call (`is_wide`: one scale group per tile, at least ``wide_min_units_per_cu`` tiles
+      per SM; 4096x28672: 7168 tiles on 132 SMs; not 4096x14336 or group 32, nor from 2 rows), accumulating or not;
+    - otherwise the config's 8, and a family without the keys (gfx942) is unchanged."""
+    from optimum_amdx.kernels._w4a16_triton import is_wide, one_row_warps, stream_config
 
     cfg = stream_config("sm_90", 1)
-    assert cfg["xprep_num_warps"] == 4 and cfg["xprep_min_units_per_cu"] == 16
-    assert xprep_rule(cfg, True, False, 2752, 1, 132)["num_warps"] == 4
-    assert xprep_rule(cfg, True, False, 1024, 1, 132)["num_warps"] == 8
-    assert xprep_rule(cfg, True, False, 3584, 4, 132)["num_warps"] == 8
-    assert xprep_rule(cfg, False, False, 3584, 1, 132)["num_warps"] == 8
-    assert xprep_rule(cfg, True, True, 3584, 1, 132)["num_warps"] == 8
-    assert xprep_rule(stream_config("gfx942", 1), True, False, 3584, 1, 304) == stream_config("gfx942", 1)
+    assert cfg["num_warps"] == 8 and cfg["xprep_num_warps"] == 4 and cfg["wide_num_warps"] == 4
+    assert cfg["xprep_min_units_per_cu"] == 16
 
+    def warps(xprep, accumulate, n_units, chunks, c=cfg, cus=132):
+        return one_row_warps(c, is_wide(c, n_units, chunks, cus), xprep, accumulate, n_units, chunks, cus)["num_warps"]
 
-def test_wide_one_row_calls_take_smaller_programs():
-    """The hopper one-row config: 4-warp programs only for one scale group per tile and at least
-    `wide_min_units_per_cu` tiles per SM (4096x28672: 7168 tiles on 132 SMs); otherwise unchanged."""
-    from optimum_amdx.kernels._w4a16_triton import stream_config, wide_rule
-
-    cfg = stream_config("sm_90", 1)
-    assert cfg["num_warps"] == 8 and cfg["wide_num_warps"] == 4
-    assert wide_rule(cfg, 7168, 1, 132)["num_warps"] == 4
-    assert wide_rule(cfg, 3584, 1, 132)["num_warps"] == 8  # 4096x14336: too few tiles per SM
-    assert wide_rule(cfg, 7168, 4, 132)["num_warps"] == 8  # group 32
-    assert wide_rule(stream_config("sm_90", 16), 7168, 1, 132)["num_warps"] == 8
-    assert wide_rule(stream_config("gfx942", 1), 7168, 1, 304) == stream_config("gfx942", 1)
+    assert warps(True, False, 2752, 1) == 4
+    assert warps(True, False, 1024, 1) == 8
+    assert warps(True, False, 3584, 4) == 8
+    assert warps(False, False, 3584, 1) == 8
+    assert warps(True, True, 3584, 1) == 8
+    assert warps(False, False, 7168, 1) == 4 and warps(False, True, 7168, 1) == 4  # wide
+    assert warps(False, False, 3584, 1) == 8  # 4096x14336: too few tiles per SM to be wide
+    assert warps(False, False, 7168, 4) == 8  # group 32
+    assert warps(False, False, 7168, 1, c=stream_config("sm_90", 16)) == 8
+    amd = stream_config("gfx942", 1)
+    assert one_row_warps(amd, is_wide(amd, 7168, 1, 304), True, False, 7168, 1, 304) == amd
