@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
+import os
 import sys
 from typing import Any, Callable, Iterator, Optional
 
@@ -30,6 +30,7 @@ import torch
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.read_floor import read_floor_ms
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
+from optimum_amdx.io import write_json
 from optimum_amdx.kernels.runtime import device_arch, pdl_enabled
 from optimum_amdx.kernels.w4a16 import (W4A16Weight, dispatch_route, pack_gptq_int32, prepare_gptq_weight,
                                         w4a16_matmul)
@@ -189,10 +190,11 @@ def peer_ms(make: Callable[..., Any], raw: dict, k: int, n: int, m: int, dtype: 
         return float("nan")
 
 
-def m1_table(copy_bw: float, shapes: list[tuple[int, int]], read_floor: bool = False) -> list[dict[str, Any]]:
+def m1_table(copy_bw: float, shapes: list[tuple[int, int]], read_floor: bool = False,
+             progress: Optional[Callable[[list[dict[str, Any]]], None]] = None) -> list[dict[str, Any]]:
     """The goal-1 table; with `read_floor`, each row also gets the best time a read-only kernel takes over the same
     bytes in the same harness, plain and with PDL where the GPU has it (`benchmark.read_floor`): the most any kernel
-    could reach there."""
+    could reach there. `progress` gets the rows so far after each one (the script saves them)."""
     rows = []
     for (k, n), group, act in itertools.product(shapes, (128, 32), (False, True)):
         w, _ = random_gptq(k, n, group, act, seed=k + n + group + int(act))
@@ -209,14 +211,16 @@ def m1_table(copy_bw: float, shapes: list[tuple[int, int]], read_floor: bool = F
                 rows[-1][f"read_floor_{mode}"] = rf
                 line += f"  read {mode} {rf['ms'] * 1e3:5.1f} us ({rf['pct_copy_bw']:4.1f}%)"
         print(line, flush=True)
+        if progress:
+            progress(rows)
         del w
     return rows
 
 
 def batch_table(copy_bw: float, mm_rate: float, shapes: list[tuple[int, int]], ms_list: list[int],
-                peers: bool) -> list[dict[str, Any]]:
+                peers: bool, progress: Optional[Callable[[list[dict[str, Any]]], None]] = None) -> list[dict[str, Any]]:
     """Ours (the dispatcher's route) beside torch fp16 and the peers, with the floor: max(bytes / copy
-    bandwidth, FLOPs / fp16 matmul rate), both measured in this run."""
+    bandwidth, FLOPs / fp16 matmul rate), both measured in this run. `progress` gets the rows so far after each."""
     rows = []
     for k, n in shapes:
         w, raw = random_gptq(k, n, 128, False, seed=3 * k + n)
@@ -238,6 +242,8 @@ def batch_table(copy_bw: float, mm_rate: float, shapes: list[tuple[int, int]], m
                   f"({r['pct_copy_bw']:5.1f}% copy, "
                   f"{r['vs_own_m1']:.2f}x own M=1)  fp16 {fp16 * 1e3:7.1f}  gemlite {gl * 1e3:7.1f}  int4pack "
                   f"{tg * 1e3:7.1f}  -> {r['vs_fp16']:.2f}x fp16, {r['vs_best_peer']:.2f}x best peer", flush=True)
+            if progress:
+                progress(rows)
         del w, raw
     return rows
 
@@ -374,6 +380,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--gemm-sweep-only", action="store_true", help="only the fused GEMM config sweep")
     parser.add_argument("--gemm-sweep-m", default="16,32,64,128,256,1024", help="row counts the GEMM sweep covers")
     args = parser.parse_args(argv)
+    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        parser.error(f"--out {args.out}: its folder does not exist; create it first")
     if not torch.cuda.is_available():
         print("bench_w4a16 needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
@@ -381,40 +389,40 @@ def main(argv: Optional[list[str]] = None) -> int:
     copy_bw, mm_rate = measure_copy_bandwidth("cuda"), measure_matmul_flops("cuda", torch.float16)
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(), "arch": device_arch(), "torch": torch.__version__,
                               "copy_GB_s": copy_bw / 1e9, "matmul_TFLOP_s": mm_rate / 1e12}
+
+    def save(**partial: Any) -> None:
+        """The results so far (with `partial` sections in progress) to --out, whole: a run cut off keeps its rows."""
+        if args.out:
+            write_json(args.out, {**result, **partial})
+
     print(f"device {result['device']} ({result['arch']}); copy {copy_bw / 1e9:.0f} GB/s; fp16 matmul "
           f"{mm_rate / 1e12:.0f} TFLOP/s", flush=True)
     if args.knob_ab:
         key, values = parse_knob(args.knob_ab)
         result["knob_ab"] = knob_ab(copy_bw, key, values, [int(v) for v in args.knob_ab_m.split(",")], DECODE_SHAPES)
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1, default=str)
+        save()
         return 0
     if args.gemm_sweep_only:
         result["gemm_sweep"] = gemm_sweep(copy_bw, [int(v) for v in args.gemm_sweep_m.split(",")])
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1, default=str)
+        save()
         return 0
     if args.crossover_only:
         result["crossover"] = crossover(BATCH_SHAPES)
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1, default=str)
+        save()
         return 0
     if args.sweep or args.sweep_only:
         result["sweep"] = sweep(copy_bw, [int(v) for v in args.sweep_m.split(",")])
+        save()
         if args.sweep_only:
-            if args.out:
-                with open(args.out, "w") as f:
-                    json.dump(result, f, indent=1, default=str)
             return 0
     if not args.skip_m1:
-        result["m1"] = m1_table(copy_bw, LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES, args.read_floor)
+        result["m1"] = m1_table(copy_bw, LLAMA_SHAPES[:3] if args.quick else LLAMA_SHAPES, args.read_floor,
+                                progress=lambda rows: save(m1=rows))
     ms_list = [1, 4, 16, 32, 64, 128, 256, 2048] if args.quick else BATCH_MS
     if args.batch_ms:
         ms_list = [int(v) for v in args.batch_ms.split(",")]
-    result["batch"] = [] if args.m1_only else batch_table(copy_bw, mm_rate, BATCH_SHAPES, ms_list, not args.no_peers)
+    result["batch"] = [] if args.m1_only else batch_table(copy_bw, mm_rate, BATCH_SHAPES, ms_list, not args.no_peers,
+                                                          progress=lambda rows: save(batch=rows))
     if result.get("m1"):
         print("\nM=1 (graph-replayed, L2-cold): % of copy bandwidth, goal >= 80")
         print(f"{'K x N':>13} | {'g128':>6} {'g128 act':>8} | {'g32':>6} {'g32 act':>8}")
@@ -442,9 +450,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               f"{r['fp16_ms'] * 1e3:7.1f} "
               f"{r['gemlite_ms'] * 1e3:7.1f} {r['int4pack_ms'] * 1e3:7.1f} | {r['vs_own_m1']:5.2f} {r['vs_fp16']:7.2f} "
               f"{r['vs_best_peer']:7.2f}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1, default=str)
+    save()
     return 0
 
 

@@ -311,3 +311,19 @@ def parse_size(value: str | int, what: str = "--max-shard-size") -> int:
     if size <= 0:
         raise InvalidArgumentError(f"{what}={value!r} must be larger than zero, e.g. 5GB.")
     return size
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write `obj` as indented JSON to `path` through a temporary sibling and a rename: a reader, or a run cut off
+    mid-write, sees the previous file or the new one, never half of one. Values JSON cannot hold are written as their
+    `str` (benchmark results carry dtypes and devices)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -25,6 +25,7 @@ from optimum_amdx.io import (
     parse_size,
     read_manifest,
     remove_stale_temporaries,
+    write_json,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -248,3 +249,27 @@ def test_sigterm_goes_through_an_earlier_python_handler(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 130 and proc.stdout.read().strip() == "interrupted"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_write_json_replaces_whole_and_a_failed_write_keeps_the_previous_file(tmp_path):
+    """`write_json` (the benchmark scripts' results, saved as rows come in): the file is the previous one or the new
+    one, never half, and a write that fails leaves no temporary file beside it."""
+    out = tmp_path / "r.json"
+    write_json(out, {"rows": [1, 2], "device": torch_dtype_like()})
+    assert json.loads(out.read_text()) == {"rows": [1, 2], "device": "float16"}
+    write_json(out, {"rows": [1, 2, 3]})
+    assert json.loads(out.read_text()) == {"rows": [1, 2, 3]}
+    with pytest.raises(TypeError):
+        write_json(out, {("not", "a", "str key"): 1})
+    assert json.loads(out.read_text()) == {"rows": [1, 2, 3]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def torch_dtype_like():
+    """A value JSON cannot hold, which `write_json` writes as its `str` (as a benchmark's dtype)."""
+
+    class Dtype:
+        def __str__(self) -> str:
+            return "float16"
+
+    return Dtype()
