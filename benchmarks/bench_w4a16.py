@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import os
 import sys
 from typing import Any, Callable, Iterator, Optional
 
@@ -30,7 +29,8 @@ import torch
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.read_floor import read_floor_ms
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
-from optimum_amdx.io import write_json
+from optimum_amdx.errors import AMDXError
+from optimum_amdx.io import check_result_file, write_json
 from optimum_amdx.kernels.runtime import device_arch, pdl_enabled
 from optimum_amdx.kernels.w4a16 import (W4A16Weight, dispatch_route, pack_gptq_int32, prepare_gptq_weight,
                                         w4a16_matmul)
@@ -380,8 +380,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--gemm-sweep-only", action="store_true", help="only the fused GEMM config sweep")
     parser.add_argument("--gemm-sweep-m", default="16,32,64,128,256,1024", help="row counts the GEMM sweep covers")
     args = parser.parse_args(argv)
-    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        parser.error(f"--out {args.out}: its folder does not exist; create it first")
+    if args.out:
+        try:
+            check_result_file(args.out, "--out")  # before any measuring; --out replaces only a result we wrote
+        except AMDXError as err:
+            parser.error(str(err))
     if not torch.cuda.is_available():
         print("bench_w4a16 needs a GPU (torch.cuda)", file=sys.stderr)
         return 2

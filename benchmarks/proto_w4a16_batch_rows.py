@@ -21,7 +21,6 @@ Usage: python benchmarks/proto_w4a16_batch_rows.py [--accumulate] [out.json]
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 
@@ -30,6 +29,7 @@ import triton
 import triton.language as tl
 
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
+from optimum_amdx.io import check_result_file, write_json
 from optimum_amdx.kernels._pdl import gdc_launch_dependents, gdc_wait
 from optimum_amdx.kernels._w4a16_triton import _bias_pairs, _dot32, _flush_row, _leave_block, _workspace, stream_matmul
 from optimum_amdx.kernels.runtime import device_arch
@@ -132,6 +132,8 @@ def main() -> None:
     ap.add_argument("--accumulate", action="store_true", help="the decode step's form: sums added into a float32 "
                     "accumulator (no flush), on q/k/v, o and down of Llama-3-8B, PDL on")
     args = ap.parse_args()
+    if args.out:
+        check_result_file(args.out, "out")  # before measuring: it replaces only a result we wrote
     torch.manual_seed(0)
     arch = device_arch()
     shapes = [(4096, 6144), (4096, 4096), (14336, 4096)] if args.accumulate else [(4096, 4096), (4096, 14336),
@@ -185,8 +187,7 @@ def main() -> None:
             print(f"    {len(errs)} configs failed, first: {errs[0]}", flush=True)
         rows.append(row)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(args.out, {"device": torch.cuda.get_device_name(), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from optimum_amdx.benchmark.timing import graph_ms
+from optimum_amdx.io import check_result_file, write_json
 
 
 @triton.jit
@@ -106,6 +107,8 @@ def dequant(qw: torch.Tensor, s: torch.Tensor, G: int) -> torch.Tensor:
 
 
 def main() -> None:
+    if len(sys.argv) > 1:
+        check_result_file(sys.argv[1], "out")  # before measuring: it replaces only a result we wrote
     torch.manual_seed(0)
     G = 128
     shapes = [(int(a), int(b)) for a, b in (v.split("x") for v in os.environ.get("SHAPES", "4096x28672,14336x4096,4096x6144,4096x4096").split(","))]
@@ -166,7 +169,7 @@ def main() -> None:
         print(f"== {K}x{N} M={M}: cuBLAS {row['cublas_us']:.1f} shipped {row['shipped_us'] if isinstance(row['shipped_us'], str) else round(row['shipped_us'], 1)} "
               + " ".join(f"{f}: {v[0]} ({row['cublas_us'] / v[0]:.2f} of cuBLAS, {v[1]})" for f, v in sorted(best.items())), flush=True)
     if len(sys.argv) > 1:
-        json.dump(res, open(sys.argv[1], "w"), indent=1)
+        write_json(sys.argv[1], {"device": torch.cuda.get_device_name(), "rows": res})
 
 
 if __name__ == "__main__":

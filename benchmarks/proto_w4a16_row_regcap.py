@@ -10,13 +10,13 @@ Usage: python benchmarks/proto_w4a16_row_regcap.py [out.json]
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import torch
 
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
+from optimum_amdx.io import check_result_file, write_json
 from optimum_amdx.kernels._w4a16_triton import stream_config, stream_matmul
 from optimum_amdx.kernels.runtime import device_arch
 from optimum_amdx.kernels.w4a16 import pair_order
@@ -29,6 +29,8 @@ CASES = ((4096, 6144, True), (4096, 4096, False), (14336, 4096, True), (4096, 28
 
 
 def main() -> None:
+    if len(sys.argv) > 1:
+        check_result_file(sys.argv[1], "out")  # before measuring: it replaces only a result we wrote
     arch = device_arch()
     rows = []
     for k, n, paired in CASES:
@@ -49,8 +51,7 @@ def main() -> None:
         print(f"{k}x{n} paired={int(paired)}: shipped {row['us']['None']:.2f} us, maxnreg 48 {row['us']['48']:.2f} us",
               flush=True)
     if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+        write_json(sys.argv[1], {"device": torch.cuda.get_device_name(), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -313,17 +313,62 @@ def parse_size(value: str | int, what: str = "--max-shard-size") -> int:
     return size
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write `obj` as indented JSON to `path` through a temporary sibling and a rename: a reader, or a run cut off
-    mid-write, sees the previous file or the new one, never half of one. Values JSON cannot hold are written as their
-    `str` (benchmark results carry dtypes and devices)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+
+# --------------------------------------------------------------------------------------------- single files
+RESULT_MARK = {"written_by": "optimum-amdx"}
+"""Carried by every JSON result `write_json` writes, so a later write may replace that file and no other."""
+
+
+def check_output_file(path: str | os.PathLike, flag: str = "--output", example: str = "result.json") -> Path:
+    """The file path a command will write, checked before any long work: not a folder (the message suggests
+    `example` inside it), in an existing writable folder. Raises `InvalidArgumentError` naming `flag` and the fix."""
+    out = Path(path)
+    if out.is_dir():
+        raise InvalidArgumentError(f"{flag} {path} is a folder; give a file path such as {out / example}.")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise InvalidArgumentError(f"{flag} {path}: the folder {parent} does not exist; create it first.")
+    if not os.access(parent, os.W_OK):
+        raise InvalidArgumentError(f"{flag} {path}: the folder {parent} is not writable.")
+    return out
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` through a temporary sibling renamed over it (mode from the user's umask): a reader, or
+    a run cut off mid-write, sees the previous file or the new one, never half of one, and a failed write leaves no
+    temporary file."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent if str(target.parent) else ".")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, default=str)
-        os.replace(tmp, path)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, target)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_result_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """`check_output_file`, and an existing file there must be a JSON result we wrote (`RESULT_MARK`): a results
+    file never replaces what the user wrote. Raises `OutputExistsError` naming the fix otherwise."""
+    out = check_output_file(path, flag)
+    if out.exists():
+        try:
+            ours = json.loads(out.read_text(encoding="utf-8")).get("written_by") == RESULT_MARK["written_by"]
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            ours = False
+        if not ours:
+            raise OutputExistsError(f"{flag} {path} exists and was not written by optimum-amdx; choose another path or "
+                                    "remove it yourself.")
+    return out
+
+
+def write_json(path: str | os.PathLike, obj: dict[str, Any]) -> None:
+    """Write the result `obj` (a dict, marked `RESULT_MARK`) as indented JSON with `write_text_atomic`, after
+    `check_result_file`: it replaces only a result we wrote. Values JSON cannot hold are written as their `str`
+    (benchmark results carry dtypes and devices)."""
+    check_result_file(path)
+    write_text_atomic(path, json.dumps({**RESULT_MARK, **obj}, indent=1, default=str))

@@ -20,6 +20,7 @@ import pytest
 from optimum_amdx.errors import InvalidArgumentError, OutputExistsError
 from optimum_amdx.io import (
     MANIFEST_NAME,
+    RESULT_MARK,
     atomic_output_dir,
     check_output_dir,
     parse_size,
@@ -251,18 +252,40 @@ def test_sigterm_goes_through_an_earlier_python_handler(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_write_json_replaces_whole_and_a_failed_write_keeps_the_previous_file(tmp_path):
-    """`write_json` (the benchmark scripts' results, saved as rows come in): the file is the previous one or the new
-    one, never half, and a write that fails leaves no temporary file beside it."""
+def test_write_json_replaces_only_our_results_whole_and_a_failed_write_keeps_the_previous_file(tmp_path, monkeypatch):
+    """`write_json` (benchmark results, saved as rows come in): it marks what it writes, replaces only a file so
+    marked (never one the user wrote, which stays byte for byte), writes whole through a renamed temporary file with
+    the user's umask, and a write that fails leaves the previous file and no temporary one."""
     out = tmp_path / "r.json"
     write_json(out, {"rows": [1, 2], "device": torch_dtype_like()})
-    assert json.loads(out.read_text()) == {"rows": [1, 2], "device": "float16"}
-    write_json(out, {"rows": [1, 2, 3]})
-    assert json.loads(out.read_text()) == {"rows": [1, 2, 3]}
-    with pytest.raises(TypeError):
-        write_json(out, {("not", "a", "str key"): 1})
-    assert json.loads(out.read_text()) == {"rows": [1, 2, 3]}
+    assert json.loads(out.read_text()) == {**RESULT_MARK, "rows": [1, 2], "device": "float16"}
+    mask = os.umask(0o022)
+    try:
+        write_json(out, {"rows": [1, 2, 3]})
+    finally:
+        os.umask(mask)
+    assert json.loads(out.read_text())["rows"] == [1, 2, 3] and (out.stat().st_mode & 0o777) == 0o644
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        write_json(out, {"rows": []})
+    monkeypatch.undo()
+    assert json.loads(out.read_text())["rows"] == [1, 2, 3]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+    for text in ('{"rows": [9]}', "my notes, not JSON\n"):
+        mine = tmp_path / "mine.json"
+        mine.write_text(text)
+        with pytest.raises(OutputExistsError, match="not written by optimum-amdx"):
+            write_json(mine, {"rows": []})
+        assert mine.read_text() == text
+    with pytest.raises(InvalidArgumentError, match="is a folder"):
+        write_json(tmp_path, {"rows": []})
+    with pytest.raises(InvalidArgumentError, match="does not exist"):
+        write_json(tmp_path / "missing" / "r.json", {"rows": []})
 
 
 def torch_dtype_like():

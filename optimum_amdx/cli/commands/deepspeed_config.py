@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 
 NAME = "deepspeed-config"
 HELP = "Write a DeepSpeed config (lowest ZeRO stage that fits, offload if needed) for a model and GPU."
@@ -39,6 +36,7 @@ def _check_args(args: argparse.Namespace) -> None:
     """Refuse what would fail late (after the estimate) or with a library traceback."""
     from ...errors import InvalidArgumentError
     from ...hardware.profiles import PROFILES, lookup_profile
+    from ...io import check_output_file
 
     try:
         lookup_profile(args.gpu)
@@ -53,38 +51,11 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.seq_len is not None and args.seq_len < 1:
         raise InvalidArgumentError(f"--seq-len must be at least 1, got {args.seq_len}.")
     if args.output:
-        out = Path(args.output)
-        if out.is_dir():
-            raise InvalidArgumentError(f"--output {args.output} is a folder; give a file path such as "
-                                       f"{out / 'ds_config.json'}.")
-        parent = out.parent if str(out.parent) else Path(".")
-        if not parent.is_dir():
-            raise InvalidArgumentError(f"--output {args.output}: the folder {parent} does not exist; create it first.")
-        if not os.access(parent, os.W_OK):
-            raise InvalidArgumentError(f"--output {args.output}: the folder {parent} is not writable.")
-
-
-def _write_file(path: str, text: str) -> None:
-    """Write atomically: a temporary sibling renamed over the target, so no half-written config is left."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent if str(target.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+        check_output_file(args.output, example="ds_config.json")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ...io import write_text_atomic
     from ..output import data_stdout
 
     _check_args(args)
@@ -107,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"Config {validated}.", file=sys.stderr)
         text = json.dumps(plan.to_dict() if args.json else plan.config, indent=2) + "\n"
         if args.output:
-            _write_file(args.output, text)
+            write_text_atomic(args.output, text)
             print(f"wrote {args.output}", file=sys.stderr)
         else:
             out.write(text)
