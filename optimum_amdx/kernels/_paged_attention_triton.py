@@ -367,8 +367,9 @@ def _unified_attention_kernel(
     RUNS: tl.constexpr = False,
     OUT_COLS: tl.constexpr = False,
 ):
-    if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
-        pdl_begin()
+    # PDL (programmatic dependent launch, `runtime.pdl_enabled`): let the next kernel launch, then wait for the last,
+    # just before the first load of what the kernel before wrote (q). The sequence boundaries and lengths are the
+    # step's inputs, written before the graph runs: their dependent trips come before the wait.
     # HEADS_FIRST (prompt and mixed steps): grid axis 0 is the KV head, so programs are dispatched query
     # block by query block across all heads; with axis 0 the query block, each head's programs for empty
     # sequence slots (a captured graph has room for every slot) came before the next head's real ones
@@ -408,6 +409,8 @@ def _unified_attention_kernel(
     q_pos = context_before + q_tok
     token = (q_start + q_tok).to(tl.int64)
 
+    if PDL:
+        pdl_begin()
     q = tl.load(
         q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
         mask=row_valid[:, None] & d_mask[None, :],

@@ -22,11 +22,12 @@ __all__ = ["rms_norm_triton", "AMD_COMPILE_SPECS"]
 
 
 @triton.jit
-def _rms_norm_paired(x_ptr, res_ptr, w_ptr, y_ptr, h_ptr, n_cols, eps, HAS_RESIDUAL: tl.constexpr,
+def _rms_norm_paired(x_ptr, res_ptr, w0, w1, y_ptr, h_ptr, n_cols, eps, HAS_RESIDUAL: tl.constexpr,
                      BLOCK: tl.constexpr, ACCUM: tl.constexpr):
     """One row (pointers at its start) with the normalized output in the W4A16 pair order and no permutation:
     the row is read as the two halves of each 128-value block (`pair_halves`) and the results interleaved in
-    registers (`pair_join`), with the rounding of the kernel's plain path."""
+    registers (`pair_join`), with the rounding of the kernel's plain path. `w0` / `w1`: the weight at those
+    halves, loaded by the caller (before its PDL wait)."""
     NB: tl.constexpr = BLOCK // 128
     c0 = pair_halves(0, NB)
     c1 = c0 + 64
@@ -37,8 +38,6 @@ def _rms_norm_paired(x_ptr, res_ptr, w_ptr, y_ptr, h_ptr, n_cols, eps, HAS_RESID
     if HAS_RESIDUAL:
         r0 = tl.load(res_ptr + c0, mask=m0, other=0.0)
         r1 = tl.load(res_ptr + c1, mask=m1, other=0.0)
-    w0 = tl.load(w_ptr + c0, mask=m0, other=0.0)
-    w1 = tl.load(w_ptr + c1, mask=m1, other=0.0)
     if ACCUM:
         in_ty = h_ptr.dtype.element_ty
         x0 = x0.to(in_ty)
@@ -74,20 +73,21 @@ def _rms_norm_kernel(
     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, HAS_PERM: tl.constexpr = False,
     PDL: tl.constexpr = False, ACCUM: tl.constexpr = False, PAIRED: tl.constexpr = False,
 ):
-    if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
-        pdl_begin()
+    # PDL (programmatic dependent launch, `runtime.pdl_enabled`): let the next kernel launch, then wait for the
+    # last. The weight (and the permutation) are the model's: no kernel of the step writes them, so they are loaded
+    # before the wait, while the kernel before still runs, and the row's reads after it are the only trip left.
     row = tl.program_id(0).to(tl.int64)
     if PAIRED and not HAS_PERM:
-        _rms_norm_paired(x_ptr + row * x_stride, res_ptr + row * res_stride, w_ptr, y_ptr + row * y_stride,
+        c0 = pair_halves(0, BLOCK // 128)
+        w0 = tl.load(w_ptr + c0, mask=c0 < n_cols, other=0.0)
+        w1 = tl.load(w_ptr + c0 + 64, mask=c0 + 64 < n_cols, other=0.0)
+        if PDL:
+            pdl_begin()
+        _rms_norm_paired(x_ptr + row * x_stride, res_ptr + row * res_stride, w0, w1, y_ptr + row * y_stride,
                          h_ptr + row * h_stride, n_cols, eps, HAS_RESIDUAL, BLOCK, ACCUM)
         return
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
-    # Every global load is issued before the row's reduction: loads after it would wait behind its
-    # barrier, a memory round trip more per call (the weight; with perm, the gathered row too).
-    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
     GATHER: tl.constexpr = HAS_PERM or PAIRED
     if GATHER:
         # y[j] is the normalized input column perm[j] (with PAIRED, position j of the W4A16 pair order is
@@ -102,12 +102,20 @@ def _rms_norm_kernel(
             src = tl.load(perm_ptr + pos, mask=mask, other=0)
         else:
             src = pos
-        xg = tl.load(x_ptr + row * x_stride + src, mask=mask, other=0.0)
-        if HAS_RESIDUAL:
-            rg = tl.load(res_ptr + row * res_stride + src, mask=mask, other=0.0)
     else:
         src = cols
     w = tl.load(w_ptr + src, mask=mask, other=0.0)
+    if PDL:
+        pdl_begin()
+    # Every global load is issued before the row's reduction: loads after it would wait behind its
+    # barrier, a memory round trip more per call (with perm, the gathered row).
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
+    if GATHER:
+        xg = tl.load(x_ptr + row * x_stride + src, mask=mask, other=0.0)
+        if HAS_RESIDUAL:
+            rg = tl.load(res_ptr + row * res_stride + src, mask=mask, other=0.0)
     # Arithmetic in float32, rounded to the storage dtype where HF rounds: one fp32 add or
     # multiply of two fp16/bf16 values rounded once equals the native half-precision operation.
     if ACCUM:  # x is a float32 W4A16 accumulator: round it as the matmul's own store would have

@@ -68,15 +68,19 @@ def _rope_cache_kernel(
 ):
     # The rotated q goes to qo (q itself, in place, unless ACCUM: then q, k, v are a float32 W4A16
     # accumulator, read in qo's dtype and left zeroed for the next matmul, padding tokens included).
-    if PDL:  # programmatic dependent launch (`runtime.pdl_enabled`): let the next kernel launch, wait for the last
-        pdl_begin()
+    # PDL (programmatic dependent launch, `runtime.pdl_enabled`): let the next kernel launch, then wait for the
+    # last. The positions and slots are the step's inputs, written before the graph runs, and the tables are the
+    # model's: their two dependent trips are made before the wait, while the kernel before still runs.
     t = tl.program_id(0).to(tl.int64)
     role = tl.program_id(1)
     pos = tl.load(pos_ptr + t)
+    slot = tl.load(slot_ptr + t).to(tl.int64)
     offs_p = tl.arange(0, BLOCK_P)
     pmask = offs_p < HALF
     c = tl.load(cos_ptr + pos * table_stride + offs_p, mask=pmask, other=0.0)[None, :]
     s = tl.load(sin_ptr + pos * table_stride + offs_p, mask=pmask, other=0.0)[None, :]
+    if PDL:
+        pdl_begin()
     out_ty = qo_ptr.dtype.element_ty
     if role == 0:
         offs_h = tl.arange(0, BLOCK_HQ)
@@ -94,7 +98,6 @@ def _rope_cache_kernel(
             tail = _take_rows(q_ptr, q_tok_stride, q_head_stride, t, offs_h, offs_d, tmask, out_ty, ACCUM)
             tl.store(qo_ptr + t * qo_tok_stride + offs_h[:, None] * qo_head_stride + offs_d[None, :], tail, mask=tmask)
     else:
-        slot = tl.load(slot_ptr + t).to(tl.int64)
         if slot >= 0:
             page = slot // PAGE_SIZE
             offset = slot % PAGE_SIZE

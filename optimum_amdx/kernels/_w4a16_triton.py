@@ -558,12 +558,21 @@ def _tile_consts(s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N: 
     vectors, the negated bias pairs and the float32 scales of its group slots (unused slots repeat).
     Per-column values are 1-D: carried through the loop as ``[BLOCK_N, 1]`` they would hold one
     register per replica of the tile layout (4x the registers)."""
-    k0 = kt * 128
     xb = xp_ptr + kt * 64 + offs_r
     x0 = tl.load(xb)[None, :]
     x1 = tl.load(xb + 16)[None, :]
     x2 = tl.load(xb + 32)[None, :]
     x3 = tl.load(xb + 48)[None, :]
+    zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _tile_scales(s_ptr, z_ptr, nb, kt, offs_loc, K, N, BLOCK_N, GROUP_SIZE, CHUNKS,
+                                                      HAS_ZEROS, EVEN_K)
+    return x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3
+
+
+@triton.jit
+def _tile_scales(s_ptr, z_ptr, nb, kt, offs_loc, K, N, BLOCK_N: tl.constexpr, GROUP_SIZE: tl.constexpr,
+                 CHUNKS: tl.constexpr, HAS_ZEROS: tl.constexpr, EVEN_K: tl.constexpr):
+    """The negated bias pairs and float32 scales of tile (nb, kt)'s group slots, 1-D per column (`_tile_consts`)."""
+    k0 = kt * 128
     cols = tl.minimum(nb * BLOCK_N + offs_loc, N - 1)
     g0 = _group_of(k0, K, GROUP_SIZE, EVEN_K)
     s0 = _ld_col(s_ptr + g0 * N + cols)
@@ -573,7 +582,7 @@ def _tile_consts(s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N: 
         z0 = tl.full(s0.shape, 8.0, tl.float32)
     if CHUNKS == 1:
         zl0, zh0 = _bias_pairs(z0, z0)
-        return x0, x1, x2, x3, zl0, zh0, zl0, zh0, s0, s0, s0, s0
+        return zl0, zh0, zl0, zh0, s0, s0, s0, s0
     elif CHUNKS == 2:
         g1 = _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K)
         s1 = _ld_col(s_ptr + g1 * N + cols)
@@ -582,7 +591,7 @@ def _tile_consts(s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N: 
         else:
             z1 = z0
         zl0, zh0 = _bias_pairs(z0, z1)
-        return x0, x1, x2, x3, zl0, zh0, zl0, zh0, s0, s1, s0, s1
+        return zl0, zh0, zl0, zh0, s0, s1, s0, s1
     else:
         g1 = _group_of(k0 + 32, K, GROUP_SIZE, EVEN_K)
         g2 = _group_of(k0 + 64, K, GROUP_SIZE, EVEN_K)
@@ -598,7 +607,7 @@ def _tile_consts(s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N: 
             z1, z2, z3 = z0, z0, z0
         zl0, zh0 = _bias_pairs(z0, z2)
         zl1, zh1 = _bias_pairs(z1, z3)
-        return x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3
+        return zl0, zh0, zl1, zh1, s0, s1, s2, s3
 
 
 @triton.jit
@@ -712,7 +721,7 @@ def _w4a16_stream_kernel(
     PIPELINE: tl.constexpr = False, STAGES: tl.constexpr = 1, JOIN: tl.constexpr = True,
     PACKED: tl.constexpr = False, XPREP: tl.constexpr = False, PACK4: tl.constexpr = True,
     LOOKAHEAD: tl.constexpr = False, PDL: tl.constexpr = False, ACCUM: tl.constexpr = False,
-    HALF_LOOP: tl.constexpr = False, BF16_PAIRS: tl.constexpr = False,
+    HALF_LOOP: tl.constexpr = False, BF16_PAIRS: tl.constexpr = False, SCALES_AHEAD: tl.constexpr = False,
 ):
     # Tile = [BLOCK_N, 16] words = [BLOCK_N columns, 128 rows]; unit u = column block u // KT, K tile u % KT.
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
@@ -744,6 +753,10 @@ def _w4a16_stream_kernel(
         rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + offs_p // 8
     if not PIPELINE:
         cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
+    if SCALES_AHEAD:  # the packed loop's scales and zeros a tile ahead with the words, the first tile's before the wait
+        nb0 = u0 // KT
+        cz0, cz1, cz2, cz3, cs0, cs1, cs2, cs3 = _tile_scales(s_ptr, z_ptr, nb0, u0 - nb0 * KT, offs_loc, K, N, BLOCK_N,
+                                                              GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
     if PDL:  # launched before x's producer ended (`runtime.pdl_enabled`): the first tile is on its way; wait
         pdl_begin()
     for u in tl.range(u0, u1, num_stages=STAGES):
@@ -752,6 +765,11 @@ def _w4a16_stream_kernel(
         else:
             # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
             nxt = tl.load(qw_ptr + tl.minimum(u + 1, u1 - 1) * TILE_WORDS + tile_offs)
+            if SCALES_AHEAD:
+                un = tl.minimum(u + 1, u1 - 1)
+                nbn = un // KT
+                nz0, nz1, nz2, nz3, ns0, ns1, ns2, ns3 = _tile_scales(s_ptr, z_ptr, nbn, un - nbn * KT, offs_loc, K, N,
+                                                                      BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
             if FENCE:  # keeps the compiler (ptxas) from sinking the prefetch below the compute of `cur`
                 tl.debug_barrier()
         nb = u // KT
@@ -772,8 +790,12 @@ def _w4a16_stream_kernel(
                 x1 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 1, XPREP)
                 x2 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 2, XPREP)
                 x3 = _xpair(x_ptr, xp_ptr, k0, kt, offs_r, 3, XPREP)
-            zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _group_consts(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS,
-                                                               HAS_ZEROS, EVEN_K)
+            if SCALES_AHEAD:
+                zl0, zh0, zl1, zh1 = cz0[:, None], cz1[:, None], cz2[:, None], cz3[:, None]
+                s0, s1, s2, s3 = cs0[:, None], cs1[:, None], cs2[:, None], cs3[:, None]
+            else:
+                zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _group_consts(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS,
+                                                                   HAS_ZEROS, EVEN_K)
             if BF16_PAIRS:  # the pairs were x * f: the scales take 1 / f
                 s0, s1, s2, s3 = s0 * inv, s1 * inv, s2 * inv, s3 * inv
             if PACK4:
@@ -837,6 +859,8 @@ def _w4a16_stream_kernel(
                 acc = tl.dot(w7, _x_tile(x_ptr, perm_ptr, k0 + 112 + offs_r, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K), acc)
         if not PIPELINE:
             cur = nxt
+            if SCALES_AHEAD:
+                cz0, cz1, cz2, cz3, cs0, cs1, cs2, cs3 = nz0, nz1, nz2, nz3, ns0, ns1, ns2, ns3
         if (kt == KT - 1) | (u == u1 - 1):
             if BLOCK_M == 1:
                 # 1-D output vectors: a [BLOCK_N, 1] store would pull its layout back into the
@@ -930,8 +954,10 @@ STREAM_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     # 1.6-5 % faster on an H100, 8-9 % on an H200; narrower calls lose the launch, 0.6-1.5 us).
     # Flushed one-row calls reading prepared pairs with one scale group per tile and at least `xprep_min_units_per_cu`
     # tiles per SM (act-order 4096x11008 and wider): 4-warp programs too (`one_row_warps`, RESULTS.md round27).
+    # Accumulating one-row calls (the decode step's) load their scales a tile ahead (`scales_ahead_route`, round30).
     "hopper": {1: {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 8, "wide_min_units_per_cu": 40,
-                   "wide_num_warps": 4, "wide_xprep": True, "xprep_min_units_per_cu": 16, "xprep_num_warps": 4},
+                   "wide_num_warps": 4, "wide_xprep": True, "xprep_min_units_per_cu": 16, "xprep_num_warps": 4,
+                   "accum_scales_ahead": True},
                16: {"BLOCK_M": 16, "num_warps": 8, "programs_per_cu": 8},
                64: {"BLOCK_M": 32, "num_warps": 8, "programs_per_cu": 8},
                255: {"BLOCK_M": 64, "num_warps": 8, "programs_per_cu": 8}},
@@ -1003,6 +1029,19 @@ def prepared_pairs(cfg: dict[str, Any], packed: bool, bf16_pairs: bool, paired: 
         return False
     return (paired or lookahead or perm or not even_k or bool(cfg.get("XPREP", False))
             or (wide and not accumulate and bool(cfg.get("wide_xprep", False))))
+
+
+def scales_ahead_route(cfg: dict[str, Any], packed: bool, lookahead: bool, accumulate: bool) -> bool:
+    """Whether a one-row call's packed loop loads each tile's scales and zeros a tile ahead with its words, the first
+    tile's before the PDL wait (``SCALES_AHEAD``): a config's ``SCALES_AHEAD`` decides where it names one (benchmarks),
+    else the call class: the decode step's accumulating calls where the family's ``accum_scales_ahead`` says. Those
+    calls wait on the kernel before them, and their scales (not written by it) were a DRAM trip after the wait each
+    tile: the batch-1 GPTQ step 0.6-1.4 % faster on an H200 in two runs of each order. Flushed calls hold more
+    registers with it (sm_90: 80 against 64 a thread, so 3 programs per SM instead of 4) and lost 3-13 % there
+    (RESULTS.md round30). Not in the look-ahead loop, which loads them a tile ahead itself."""
+    if not packed or lookahead:
+        return False
+    return bool(cfg.get("SCALES_AHEAD", accumulate and cfg.get("accum_scales_ahead", False)))
 
 
 def one_row_warps(cfg: dict[str, Any], wide: bool, xprep: bool, accumulate: bool, n_units: int, chunks: int,
@@ -1177,6 +1216,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     xprep = prepared_pairs(cfg, packed, bf16_pairs, paired, lookahead, w.perm is not None, k % TILE_K == 0, wide,
                            accumulate)
     cfg = one_row_warps(cfg, wide, xprep, accumulate, n_units, chunks, cus)
+    scales_ahead = scales_ahead_route(cfg, packed, lookahead, accumulate)
     xp = w.qweight
     if paired:
         if not packed or bf16_pairs or m != 1 or w.perm is not None or k % TILE_K:
@@ -1190,7 +1230,7 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
     key = (x2.device, x2.dtype, cfg.get("num_warps"), cfg.get("maxnreg"), cfg.get("FENCE", False), cfg.get("PIPELINE", False),
            cfg.get("STAGES", 1), cfg.get("JOIN", True), block_m, gs, w.zeros is not None, w.perm is not None,
            bias is not None, k % TILE_K == 0, n % TILE_N == 0, packed, xprep, cfg.get("PACK4", True), lookahead, pdl,
-           accumulate, half_loop)
+           accumulate, half_loop, scales_ahead)
     grid = stream_grid(n_units, m_blocks, cfg, x2.device, key)
     ws, cnt = _workspace(x2.device, n, m_blocks * nb)
     if accumulate:
@@ -1203,7 +1243,8 @@ def stream_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Tenso
         HAS_PERM=w.perm is not None, HAS_BIAS=bias is not None, EVEN_K=k % TILE_K == 0, EVEN_N=n % TILE_N == 0,
         FENCE=cfg.get("FENCE", False), PIPELINE=cfg.get("PIPELINE", False), STAGES=cfg.get("STAGES", 1),
         JOIN=cfg.get("JOIN", True), PACKED=packed, XPREP=xprep, PACK4=bool(cfg.get("PACK4", True)),
-        LOOKAHEAD=lookahead, PDL=pdl, ACCUM=accumulate, HALF_LOOP=half_loop, BF16_PAIRS=bf16_pairs, launch_pdl=pdl,
+        LOOKAHEAD=lookahead, PDL=pdl, ACCUM=accumulate, HALF_LOOP=half_loop, BF16_PAIRS=bf16_pairs,
+        SCALES_AHEAD=scales_ahead, launch_pdl=pdl,
         **launch_options(cfg, arch),
     )
     if key not in _RESIDENT and x2.is_cuda:

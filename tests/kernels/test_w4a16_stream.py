@@ -160,7 +160,7 @@ PACKED_CASES = [
 @pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
 @pytest.mark.parametrize("cfg", [{}, {"programs": 3}, {"XPREP": True}, {"PACK4": False}, {"num_warps": 8},
                                  {"LOOKAHEAD": True}, {"LOOKAHEAD": True, "FENCE": 2, "programs": 3},
-                                 {"maxnreg": 72}])
+                                 {"maxnreg": 72}, {"SCALES_AHEAD": True}, {"SCALES_AHEAD": True, "programs": 3}])
 def test_packed_one_row_matches_exact(k, n, group, sym, act_order, fmt, cfg):
     qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=k + n + group)
     w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=group,
@@ -216,7 +216,7 @@ for x_type, chunks in (("*fp16", 1), ("*bf16", 1), ("*bf16", 4)):
     cons = {"GROUP_SIZE": 128 // chunks, "CHUNKS": chunks, "BLOCK_M": 1, "BLOCK_N": 128, "HAS_ZEROS": chunks > 1,
             "HAS_PERM": False, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True, "FENCE": False, "PIPELINE": False,
             "STAGES": 1, "JOIN": True, "PACKED": True, "XPREP": False, "PACK4": True, "LOOKAHEAD": False, "PDL": False,
-            "ACCUM": False, "HALF_LOOP": False, "BF16_PAIRS": x_type == "*bf16"}
+            "ACCUM": False, "HALF_LOOP": False, "BF16_PAIRS": x_type == "*bf16", "SCALES_AHEAD": False}
     sig.update({c: "constexpr" for c in cons})
     c = triton.compile(ASTSource(kt._w4a16_stream_kernel, sig, cons, {}), target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": 8, "num_stages": 1})
@@ -264,6 +264,28 @@ def test_half_loop_one_row_matches_exact(k, n, group, sym, act_order, fmt, accum
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the packed loop is inline PTX)")
+@pytest.mark.parametrize("k,n,group,sym,act_order,fmt", PACKED_CASES)
+@pytest.mark.parametrize("programs", [3, 0])
+def test_packed_one_row_scales_ahead_accumulates_exact(k, n, group, sym, act_order, fmt, programs):
+    """``SCALES_AHEAD``: the packed loop's scales and zeros loaded a tile ahead with its words (the first tile's
+    before the PDL wait), into a float32 accumulator as the decode step calls it; programs of several tiles and of
+    one or two (the persistent grid)."""
+    from optimum_amdx.kernels._w4a16_triton import stream_matmul
+    from optimum_amdx.kernels.runtime import device_arch
+
+    qweight, qzeros, scales, g_idx, expected = quantize(k, n, 4, group, sym, act_order, fmt, seed=k + n + group)
+    w = prepare_gptq_weight(*(t.cuda() for t in (qweight, qzeros, scales, g_idx)), bits=4, group_size=group,
+                            checkpoint_format=fmt)
+    x = torch.randn(1, k, generator=torch.Generator().manual_seed(k)).half().cuda()
+    config = {"BLOCK_M": 1, "num_warps": 8, "programs_per_cu": 4, "programs": programs, "SCALES_AHEAD": True}
+    out = torch.zeros(1, n, dtype=torch.float32, device="cuda")
+    stream_matmul(x, w, None, out, device_arch(), config=config, accumulate=True)
+    exact = x.double() @ expected.double().cuda()
+    assert (out.double() - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the packed loop is inline PTX)")
 @pytest.mark.parametrize("k,n,group,sym", [(384, 256, 128, True), (512, 136, 64, False), (1024, 200, 32, False),
                                            (768, 384, 128, True)])
 def test_paired_one_row_accumulates_what_the_plain_row_does(k, n, group, sym):
@@ -302,6 +324,22 @@ def test_prepared_pairs_where_the_loop_cannot_build_them_and_on_wide_flushed_cal
     assert not prepared_pairs(stream_config("gfx942", 1), **dict(plain, wide=True))  # no wide_xprep there
     assert not prepared_pairs(cfg, **dict(plain, packed=False, perm=True))
     assert not prepared_pairs(cfg, **dict(plain, bf16_pairs=True, wide=True))
+
+
+def test_scales_ahead_on_the_decode_steps_accumulating_packed_calls():
+    """`scales_ahead_route` (hopper's ``accum_scales_ahead``): the packed loop takes its scales a tile ahead on an
+    accumulating call, not on a flushed one (more registers, fewer programs per SM), the look-ahead loop or any other
+    loop; a config's ``SCALES_AHEAD`` overrides the class either way; AMD families (no packed loop) never."""
+    from optimum_amdx.kernels._w4a16_triton import scales_ahead_route, stream_config
+
+    cfg = stream_config("sm_90", 1)
+    assert scales_ahead_route(cfg, packed=True, lookahead=False, accumulate=True)
+    assert not scales_ahead_route(cfg, packed=True, lookahead=False, accumulate=False)
+    assert not scales_ahead_route(cfg, packed=True, lookahead=True, accumulate=True)
+    assert not scales_ahead_route(cfg, packed=False, lookahead=False, accumulate=True)
+    assert scales_ahead_route(dict(cfg, SCALES_AHEAD=1), packed=True, lookahead=False, accumulate=False)
+    assert not scales_ahead_route(dict(cfg, SCALES_AHEAD=0), packed=True, lookahead=False, accumulate=True)
+    assert not scales_ahead_route(stream_config("gfx942", 1), packed=True, lookahead=False, accumulate=True)
 
 
 def test_one_row_warps_by_call_class():
