@@ -396,6 +396,8 @@ def _unified_attention_kernel(
     else:
         q_block_local = q_block - (q_start // BLOCK_Q + seq)
     if q_block_local * BLOCK_Q >= q_len:
+        if PDL:  # every program waits, so this kernel never ends before the one it follows (later kernels rely on it)
+            pdl_begin()
         return
     seq_len = tl.load(seq_lens_ptr + seq)
     context_before = seq_len - q_len
