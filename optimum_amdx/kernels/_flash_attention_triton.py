@@ -47,8 +47,9 @@ def flash_config(family: str, head_dim_pad: int, causal: bool) -> dict[str, Any]
         cfg.update(BLOCK_M=128, BLOCK_N=64)
         return cfg
     if family in ("rdna3", "rdna4"):
-        # wave32 with a 256-VGPR budget: 64-row tiles of d=128 spill on gfx1100.
-        cfg = amd_launch_options(family, 4, 0)
+        # wave32 with a 256-VGPR budget: 64-row tiles of d=128 spill on gfx1100, and 32-row ones with 4 warps
+        # (48-64 B on Triton 3.8-3.9); with 8 warps they spill on none of 3.6-3.9 (RESULTS.md round30).
+        cfg = amd_launch_options(family, 8, 0)
         cfg.update(BLOCK_M=32, BLOCK_N=32)
         return cfg
     # H200 sweep (causal 8x32x2048x128 fp16): 64x64 tiles, 4 warps, 3 stages beat 128-row tiles by ~10%.

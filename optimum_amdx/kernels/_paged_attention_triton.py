@@ -57,14 +57,29 @@ def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: 
     """Tile sizes and launch options for `unified_attention` (see `_base_unified_config`).
 
     head_dim 256 (Gemma 2, Gemma 3 4B/12B) holds twice the accumulator and key/value tile per program: on
-    AMD the key tile is halved (and the prefill M tile), which keeps gfx90a/gfx942 free of scratch spills.
+    AMD the key tile is halved (and the prefill M tile), which keeps gfx90a/gfx942 free of scratch spills; gfx1100
+    (wave32, 256 VGPRs a lane) takes 16-row prefill tiles, the only size of 16/32 rows x 4/8/16 warps free of
+    scratch on Triton 3.6-3.9 (32 rows spilled 8-68 B on 3.7-3.8; RESULTS.md round30).
     """
     cfg = _base_unified_config(family, head_dim_pad, num_qpk, max_query_len)
     if head_dim_pad >= 256 and family in _AMD_FAMILIES:
         cfg["BLOCK_N"] = max(16, cfg["BLOCK_N"] // 2)
         if max_query_len > 8:
-            cfg["BLOCK_M"] = max(32, next_pow2(num_qpk), cfg["BLOCK_M"] // 2)
+            cfg["BLOCK_M"] = (max(16, next_pow2(num_qpk)) if family == "rdna3"
+                              else max(32, next_pow2(num_qpk), cfg["BLOCK_M"] // 2))
     return cfg
+
+
+RUNS_MAX_HEAD_DIM: dict[str, int] = {"rdna3": 128}
+"""The widest (padded) head a family reads in the run form (`RUNS`: a sequence's blocks computed from its first one, not
+looked up): gfx1100 spills 48-292 B of scratch a lane on 256-wide heads in that form whatever the tiles (16/32 rows,
+4/8/16 warps; RESULTS.md round30), and none through the table."""
+
+
+def runs_form(family: str, head_dim_pad: int) -> bool:
+    """Whether `unified_attention` takes a sequence's blocks as one run where the caller says they are
+    (``first_pages``) on `family` at this head width, instead of reading the block table (which is always valid)."""
+    return head_dim_pad <= RUNS_MAX_HEAD_DIM.get(family, head_dim_pad)
 
 
 def _base_unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: int) -> dict[str, Any]:
@@ -81,9 +96,10 @@ def _base_unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query
     if decode:
         block_m = max(16, next_pow2(num_qpk))
         if family == "rdna3":
-            # gfx1100 (wave32): with 4 warps the split-K decode body spills 8 bytes; 8 warps do not.
+            # gfx1100 (wave32): with 4 warps the split-K decode body spills 8 bytes; 8 warps do not. 32-key tiles
+            # spilled 20-56 B with Triton 3.6-3.8 (the act-order form too); 16-key tiles spill on none (round30).
             cfg = amd_launch_options(family, 8, 0)
-            cfg.update(BLOCK_M=block_m, BLOCK_N=32)
+            cfg.update(BLOCK_M=block_m, BLOCK_N=16)
             return cfg
         if family in _AMD_FAMILIES:
             cfg = amd_launch_options(family, 4, 2)
@@ -638,6 +654,8 @@ def unified_attention_triton(
             raise ValueError("unified_attention: the last dimension of q/caches/out must be contiguous")
     cfg = dict(config) if config is not None else unified_config(family, head_dim_pad, num_qpk, max_query_len)
     consts, launch = split_launch_options(cfg)
+    if first_pages is not None and not runs_form(family, head_dim_pad):
+        first_pages = None
     block_m = consts["BLOCK_M"]
     block_q = max(1, block_m // num_qpk)
     one_token = max_query_len == 1 and total_q == num_seqs  # a decode step: one query block per sequence
@@ -770,7 +788,8 @@ AMD_COMPILE_SPECS: list[CompileSpec] = [
     *_unified_spec("decode", 256, "bf16", 2, 1, window=True, softcap=True),
     *_unified_spec("prefill", 256, "bf16", 2, 1, window=True, softcap=True),
     *_unified_spec("prefill", 256, "bf16", 2, 1, window=True),
-    *_unified_spec("prefill", 256, "bf16", 2, 1, window=True, softcap=True, runs=True),
+    *[s for s in _unified_spec("prefill", 256, "bf16", 2, 1, window=True, softcap=True, runs=True)
+      if all(runs_form(arch_family(a), 256) for a in s.archs)],  # gfx1100 reads the table there (`runs_form`)
     *_reduce_spec(128, "fp16", 4),
     # act-order GPTQ o_proj (`paged_model`): the result's columns in its sorted order, on both store paths
     *_unified_spec("decode", 128, "fp16", 4, 1, out_cols=True),

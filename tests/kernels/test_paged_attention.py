@@ -345,3 +345,21 @@ def test_decode_launch_options_only_for_few_programs_on_hopper():
     assert decode_launch_options("hopper", base, 512, 132) == {"num_warps": 4, "num_stages": 1, "maxnreg": 128}
     assert decode_launch_options("hopper", base, 2048, 132) == base
     assert decode_launch_options("cdna3", base, 64, 304) == base
+
+
+@pytest.mark.parametrize("head_dim,reads_runs", [(128, True), (256, False)])
+def test_rdna3_reads_the_block_table_for_256_wide_heads(monkeypatch, head_dim, reads_runs):
+    """`runs_form`: gfx1100 keeps the run form (block ids computed from ``first_pages``) up to 128-wide heads; at 256
+    it reads the block table (the run form spills to scratch there), so a wrong promise (every run one block later)
+    leaves the output as the table gives it. Other families keep the run form at 256."""
+    from optimum_amdx.kernels import paged_attention
+    from optimum_amdx.kernels._paged_attention_triton import runs_form
+
+    assert runs_form("rdna3", 128) and not runs_form("rdna3", 256)
+    assert runs_form("cdna3", 256) and runs_form("hopper", 256) and runs_form("cpu", 256)
+    monkeypatch.setattr(paged_attention, "tensor_family", lambda t: "rdna3")
+    batch = with_runs(make_batch(9, [33, 70], [1, 1], 4, 2, head_dim, 16, torch.float16, spare_blocks=8), [3, 0])
+    first_pages = batch.pop("first_pages")
+    through_table = unified_attention(**batch)
+    shifted = unified_attention(**batch, first_pages=first_pages + 1)
+    assert torch.equal(shifted, through_table) != reads_runs
