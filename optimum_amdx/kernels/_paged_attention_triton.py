@@ -58,8 +58,8 @@ def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: 
 
     head_dim 256 (Gemma 2, Gemma 3 4B/12B) holds twice the accumulator and key/value tile per program: on
     AMD the key tile is halved (and the prefill M tile), which keeps gfx90a/gfx942 free of scratch spills; gfx1100
-    (wave32, 256 VGPRs a lane) takes 16-row prefill tiles, the only size of 16/32 rows x 4/8/16 warps free of
-    scratch on Triton 3.6-3.9 (32 rows spilled 8-68 B on 3.7-3.8; RESULTS.md round30).
+    (wave32, 256 VGPRs a lane) takes 16-row prefill tiles, which with 8 warps spill on none of Triton 3.6-3.9
+    (32-row ones spilled 8-68 B on 3.7-3.8, and 388-560 B with 4 warps; RESULTS.md round30).
     """
     cfg = _base_unified_config(family, head_dim_pad, num_qpk, max_query_len)
     if head_dim_pad >= 256 and family in _AMD_FAMILIES:
@@ -72,7 +72,7 @@ def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: 
 
 RUNS_MAX_HEAD_DIM: dict[str, int] = {"rdna3": 128}
 """The widest (padded) head a family reads in the run form (`RUNS`: a sequence's blocks computed from its first one, not
-looked up): gfx1100 spills 48-292 B of scratch a lane on 256-wide heads in that form whatever the tiles (16/32 rows,
+looked up): gfx1100 spills 48-464 B of scratch a lane on 256-wide heads in that form whatever the tiles (16/32 rows,
 4/8/16 warps; RESULTS.md round30), and none through the table."""
 
 
