@@ -101,6 +101,108 @@ def test_every_pdl_kernel_waits_for_its_producer_only_when_asked():
             assert n_waits == "2", n_waits
 
 
+_PRE_WAIT_BUILD = r"""
+import importlib, re
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from optimum_amdx.devtools.amd_compile import full_signature
+from optimum_amdx.kernels import _w4a16_triton as kt
+from optimum_amdx.kernels.compile_spec import spec_modules
+
+DEF = re.compile(r"^\s*(%[\w.]+)(?::\d+)?\s*=\s*(.*)$")
+NAME = re.compile(r"%[\w.]+")
+
+
+def pre_wait_roots(ttir):
+    # the pointer parameters every load (or inline-asm load / prefetch) before the last griddepcontrol.wait reads
+    # through: the backward slice of its address, through SSA definitions, loop inits and earlier loads
+    fn = next(l for l in ttir.splitlines() if "tt.func public" in l)
+    lines = [l.split(" loc(")[0] for l in ttir.splitlines()]
+    params = {m.group(1) for m in re.finditer(r"(%[\w.]+): !tt\.ptr", fn)}
+    defs = {}
+    for l in lines:
+        m = DEF.match(l)
+        if m:
+            defs[m.group(1)] = NAME.findall(m.group(2))
+        if "iter_args" in l or "scf.while" in l:
+            for a, b in re.findall(r"(%[\w.]+) = (%[\w.]+)", l):
+                defs.setdefault(a, []).append(b)
+    last_wait = max(i for i, l in enumerate(lines) if "griddepcontrol.wait" in l)
+    roots = set()
+    for l in lines[:last_wait]:
+        if "tt.load " in l:
+            ops = NAME.findall(l.split("tt.load", 1)[1])[:1]
+        elif "tt.elementwise_inline_asm" in l and ("ld.global" in l or "prefetch" in l) and "}" in l:
+            ops = NAME.findall(l.split("}", 1)[1])
+        else:
+            continue
+        seen, stack = set(), list(ops)
+        while stack:
+            v = stack.pop()
+            if v not in seen:
+                seen.add(v)
+                roots.update({v} & params)
+                stack.extend(defs.get(v, []))
+    return sorted(r[1:] for r in roots)
+
+
+def build(kernel, sig, cons, warps=4):
+    c = triton.compile(ASTSource(kernel, sig, cons), target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    return c.asm["ttir"]
+
+
+seen = set()
+for name in spec_modules():
+    for spec in importlib.import_module(name).AMD_COMPILE_SPECS:
+        if spec.kernel in seen or not any(p.name == "PDL" for p in spec.kernel.params):
+            continue
+        seen.add(spec.kernel)
+        sig, cons = full_signature(spec)
+        print(spec.kernel.fn.__name__, ",".join(pre_wait_roots(build(spec.kernel, sig, dict(cons, PDL=True)))) or "-")
+# the decode step's W4A16 form on NVIDIA: packed loop, paired input, accumulating, scales a tile ahead
+sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "perm_ptr": "*i32", "bias_ptr": "*fp16",
+       "out_ptr": "*fp32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "xp_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
+       "KT": "i32", "NB": "i32", "stride_xm": "i32", "stride_om": "i32", "n_units": "i32", "e7_bits": "i32"}
+cons = dict(GROUP_SIZE=128, CHUNKS=1, BLOCK_M=1, BLOCK_N=128, HAS_ZEROS=True, HAS_PERM=False, HAS_BIAS=False,
+            EVEN_K=True, EVEN_N=True, FENCE=False, PIPELINE=False, STAGES=1, JOIN=True, PACKED=True, XPREP=True,
+            PACK4=True, LOOKAHEAD=False, PDL=True, ACCUM=True, HALF_LOOP=False, BF16_PAIRS=False, SCALES_AHEAD=True)
+sig.update({c: "constexpr" for c in cons})
+print("w4a16_decode_form", ",".join(pre_wait_roots(build(kt._w4a16_stream_kernel, sig, cons, 8))))
+"""
+
+_PRE_WAIT_ALLOWED = {  # what no kernel of a step writes: the model's tensors and the inputs staged before the graph
+    "_rms_norm_kernel": {"w_ptr", "perm_ptr"},
+    "_rope_cache_kernel": {"pos_ptr", "slot_ptr", "cos_ptr", "sin_ptr"},
+    "_unified_attention_kernel": {"qsl_ptr", "seq_lens_ptr", "block_tables_ptr", "first_pages_ptr", "out_cols_ptr"},
+    "_w4a16_stream_kernel": {"qw_ptr", "s_ptr", "z_ptr", "perm_ptr"},
+    "w4a16_decode_form": {"qw_ptr", "s_ptr", "z_ptr", "perm_ptr"},
+    "_w4a16_pipelined_kernel": {"qw_ptr", "s_ptr", "z_ptr"},
+    "_skinny_gemm_kernel": {"w_ptr", "b_ptr", "nw_ptr"},
+    "_silu_mul_kernel": set(),
+    "_split_reduce_kernel": set(),
+}
+
+
+def test_what_a_pdl_kernel_reads_before_its_wait_is_never_written_by_a_kernel_of_the_step():
+    """A PDL kernel's code before its wait may run beside any earlier kernel of the chain still running, so every load
+    there must read only the model's tensors or the step's inputs (staged before the graph replays). Each PDL kernel
+    (one AMD spec each, and the decode step's W4A16 form) is built for sm_90 and the address of every load before its
+    last wait traced back to the pointer parameters it reads through (TTIR). The norm, rope, attention and W4A16 forms
+    must show what they load early (round 30), so the trace is not vacuous."""
+    from .sm90_build import sm90_build_stdout
+
+    rows = dict(line.split() for line in sm90_build_stdout(_PRE_WAIT_BUILD, timeout=600).splitlines() if line.strip())
+    got = {k: set() if v == "-" else set(v.split(",")) for k, v in rows.items()}
+    assert set(got) == set(_PRE_WAIT_ALLOWED)
+    for kernel, roots in got.items():
+        assert roots <= _PRE_WAIT_ALLOWED[kernel], (kernel, roots - _PRE_WAIT_ALLOWED[kernel])
+    assert {"w_ptr"} <= got["_rms_norm_kernel"]
+    assert {"pos_ptr", "cos_ptr", "sin_ptr", "slot_ptr"} <= got["_rope_cache_kernel"]
+    assert {"qsl_ptr", "seq_lens_ptr"} <= got["_unified_attention_kernel"]
+    assert {"qw_ptr", "s_ptr", "z_ptr"} <= got["w4a16_decode_form"]
+
+
 @pytest.mark.parametrize("arch,expected", [("sm_90", True), ("sm_100", True), ("sm_80", False), ("gfx942", False),
                                            ("cpu", False), ("sm_9a", False)])
 def test_programmatic_dependent_launch_only_on_nvidia_sm90_and_later(arch, expected):
