@@ -128,7 +128,8 @@ def pre_wait_roots(ttir):
         if "iter_args" in l or "scf.while" in l:
             for a, b in re.findall(r"(%[\w.]+) = (%[\w.]+)", l):
                 defs.setdefault(a, []).append(b)
-    last_wait = max(i for i, l in enumerate(lines) if "griddepcontrol.wait" in l)
+    # the wait: inline PTX up to Triton 3.8, an op of its own from 3.9
+    last_wait = max(i for i, l in enumerate(lines) if "griddepcontrol.wait" in l or "grid_dependency_wait" in l)
     roots = set()
     for l in lines[:last_wait]:
         if "tt.load " in l:
