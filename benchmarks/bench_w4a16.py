@@ -29,8 +29,7 @@ import torch
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.read_floor import read_floor_ms
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
-from optimum_amdx.errors import AMDXError
-from optimum_amdx.io import check_result_file, write_json
+from optimum_amdx.io import result_path_or_exit, write_json
 from optimum_amdx.kernels.runtime import device_arch, pdl_enabled
 from optimum_amdx.kernels.w4a16 import (W4A16Weight, dispatch_route, pack_gptq_int32, prepare_gptq_weight,
                                         w4a16_matmul)
@@ -381,10 +380,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--gemm-sweep-m", default="16,32,64,128,256,1024", help="row counts the GEMM sweep covers")
     args = parser.parse_args(argv)
     if args.out:
-        try:
-            check_result_file(args.out, "--out")  # before any measuring; --out replaces only a result we wrote
-        except AMDXError as err:
-            parser.error(str(err))
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         print("bench_w4a16 needs a GPU (torch.cuda)", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
-from optimum_amdx.io import check_result_file, write_json
+from optimum_amdx.io import result_path_or_exit, write_json
 from optimum_amdx.kernels._pdl import gdc_launch_dependents, gdc_wait
 from optimum_amdx.kernels._w4a16_triton import _bias_pairs, _dot32, _flush_row, _leave_block, _workspace, stream_matmul
 from optimum_amdx.kernels.runtime import device_arch
@@ -133,7 +133,7 @@ def main() -> None:
                     "accumulator (no flush), on q/k/v, o and down of Llama-3-8B, PDL on")
     args = ap.parse_args()
     if args.out:
-        check_result_file(args.out, "out")  # before measuring: it replaces only a result we wrote
+        result_path_or_exit(args.out, "out")  # before measuring: it replaces only a result we wrote
     torch.manual_seed(0)
     arch = device_arch()
     shapes = [(4096, 6144), (4096, 4096), (14336, 4096)] if args.accumulate else [(4096, 4096), (4096, 14336),

@@ -30,7 +30,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from optimum_amdx.benchmark.timing import graph_ms
-from optimum_amdx.io import check_result_file, write_json
+from optimum_amdx.io import result_path_or_exit, write_json
 
 
 @triton.jit
@@ -108,7 +108,7 @@ def dequant(qw: torch.Tensor, s: torch.Tensor, G: int) -> torch.Tensor:
 
 def main() -> None:
     if len(sys.argv) > 1:
-        check_result_file(sys.argv[1], "out")  # before measuring: it replaces only a result we wrote
+        result_path_or_exit(sys.argv[1], "out")  # before measuring: it replaces only a result we wrote
     torch.manual_seed(0)
     G = 128
     shapes = [(int(a), int(b)) for a, b in (v.split("x") for v in os.environ.get("SHAPES", "4096x28672,14336x4096,4096x6144,4096x4096").split(","))]

@@ -16,7 +16,7 @@ import sys
 import torch
 
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
-from optimum_amdx.io import check_result_file, write_json
+from optimum_amdx.io import result_path_or_exit, write_json
 from optimum_amdx.kernels._w4a16_triton import stream_config, stream_matmul
 from optimum_amdx.kernels.runtime import device_arch
 from optimum_amdx.kernels.w4a16 import pair_order
@@ -30,7 +30,7 @@ CASES = ((4096, 6144, True), (4096, 4096, False), (14336, 4096, True), (4096, 28
 
 def main() -> None:
     if len(sys.argv) > 1:
-        check_result_file(sys.argv[1], "out")  # before measuring: it replaces only a result we wrote
+        result_path_or_exit(sys.argv[1], "out")  # before measuring: it replaces only a result we wrote
     arch = device_arch()
     rows = []
     for k, n, paired in CASES:

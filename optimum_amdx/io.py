@@ -313,7 +313,6 @@ def parse_size(value: str | int, what: str = "--max-shard-size") -> int:
     return size
 
 
-
 # --------------------------------------------------------------------------------------------- single files
 RESULT_MARK = {"written_by": "optimum-amdx"}
 """Carried by every JSON result `write_json` writes, so a later write may replace that file and no other."""
@@ -321,15 +320,15 @@ RESULT_MARK = {"written_by": "optimum-amdx"}
 
 def check_output_file(path: str | os.PathLike, flag: str = "--output", example: str = "result.json") -> Path:
     """The file path a command will write, checked before any long work: not a folder (the message suggests
-    `example` inside it), in an existing writable folder. Raises `InvalidArgumentError` naming `flag` and the fix."""
+    `example` inside it), in an existing folder that accepts new files (`_check_writable`: its temporary sibling is
+    made there). Raises `InvalidArgumentError` naming `flag` and the fix."""
     out = Path(path)
     if out.is_dir():
         raise InvalidArgumentError(f"{flag} {path} is a folder; give a file path such as {out / example}.")
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise InvalidArgumentError(f"{flag} {path}: the folder {parent} does not exist; create it first.")
-    if not os.access(parent, os.W_OK):
-        raise InvalidArgumentError(f"{flag} {path}: the folder {parent} is not writable.")
+    _check_writable(out)
     return out
 
 
@@ -351,10 +350,10 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         raise
 
 
-def check_result_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+def check_result_file(path: str | os.PathLike, flag: str = "--out", example: str = "result.json") -> Path:
     """`check_output_file`, and an existing file there must be a JSON result we wrote (`RESULT_MARK`): a results
     file never replaces what the user wrote. Raises `OutputExistsError` naming the fix otherwise."""
-    out = check_output_file(path, flag)
+    out = check_output_file(path, flag, example)
     if out.exists():
         try:
             ours = json.loads(out.read_text(encoding="utf-8")).get("written_by") == RESULT_MARK["written_by"]
@@ -366,9 +365,18 @@ def check_result_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     return out
 
 
-def write_json(path: str | os.PathLike, obj: dict[str, Any]) -> None:
+def result_path_or_exit(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """`check_result_file` for a script's output argument, before it measures anything: a refusal ends the script
+    with its one-line message instead of a traceback."""
+    try:
+        return check_result_file(path, flag)
+    except (InvalidArgumentError, OutputExistsError) as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+def write_json(path: str | os.PathLike, obj: dict[str, Any], flag: str = "--out", indent: int = 1) -> None:
     """Write the result `obj` (a dict, marked `RESULT_MARK`) as indented JSON with `write_text_atomic`, after
     `check_result_file`: it replaces only a result we wrote. Values JSON cannot hold are written as their `str`
     (benchmark results carry dtypes and devices)."""
-    check_result_file(path)
-    write_text_atomic(path, json.dumps({**RESULT_MARK, **obj}, indent=1, default=str))
+    check_result_file(path, flag)
+    write_text_atomic(path, json.dumps({**RESULT_MARK, **obj}, indent=indent, default=str) + "\n")

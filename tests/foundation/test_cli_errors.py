@@ -178,6 +178,31 @@ def test_deepspeed_config_output_file_is_json(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["ds.json"]
 
 
+def test_deepspeed_config_output_replaces_only_a_config_it_wrote(tmp_path):
+    """-o marks the file it writes and replaces only a file so marked; a file the user wrote there is refused and kept
+    byte for byte, with nothing else left in the folder. Where DeepSpeed is installed, the marked file still passes
+    its parser."""
+    out = tmp_path / "ds.json"
+    for _ in range(2):  # the second run replaces the first one's file
+        result = _amdx("deepspeed-config", "--model", "llama-2-7b", "-o", str(out))
+        assert result.returncode == 0, result.stderr
+    config = json.loads(out.read_text())
+    assert config["written_by"] == "optimum-amdx" and "zero_optimization" in config
+    try:
+        from optimum_amdx.distributed import validate_deepspeed_config
+
+        validate_deepspeed_config(config, 1)
+    except ImportError:
+        pass
+    mine = tmp_path / "mine.json"
+    for text in ('{"zero_optimization": {"stage": 3}}\n', "my notes\n"):
+        mine.write_text(text)
+        line = _one_error_line(_amdx("deepspeed-config", "--model", "llama-2-7b", "-o", str(mine)))
+        assert "not written by optimum-amdx" in line
+        assert mine.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.json", "mine.json"]
+
+
 def test_benchmark_json_is_only_json(tmp_path):
     out = tmp_path / "bench"
     result = _amdx("benchmark", "--model", "tiny-llama", "--device", "cpu", "--backends", "transformers",

@@ -26,6 +26,7 @@ from optimum_amdx.io import (
     parse_size,
     read_manifest,
     remove_stale_temporaries,
+    result_path_or_exit,
     write_json,
 )
 
@@ -286,6 +287,22 @@ def test_write_json_replaces_only_our_results_whole_and_a_failed_write_keeps_the
         write_json(tmp_path, {"rows": []})
     with pytest.raises(InvalidArgumentError, match="does not exist"):
         write_json(tmp_path / "missing" / "r.json", {"rows": []})
+
+
+def test_a_script_refused_its_output_path_exits_with_one_line_and_writes_nothing(tmp_path):
+    """`result_path_or_exit` (the benchmark scripts' --out, checked before measuring): a user's file or a folder ends
+    the script with its one-line message, not a traceback; a new path or one of our results passes."""
+    mine = tmp_path / "mine.json"
+    mine.write_text("notes\n")
+    for path, words in ((mine, "not written by optimum-amdx"), (tmp_path, "is a folder")):
+        with pytest.raises(SystemExit) as exc:
+            result_path_or_exit(path)
+        assert str(exc.value).startswith("error: --out ") and words in str(exc.value)
+    assert mine.read_text() == "notes\n"
+    ours = tmp_path / "r.json"
+    assert result_path_or_exit(ours) == ours
+    write_json(ours, {"rows": []})
+    assert result_path_or_exit(ours) == ours
 
 
 def torch_dtype_like():

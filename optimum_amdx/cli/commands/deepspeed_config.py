@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 4096 train, 2048 else)")
     parser.add_argument("--cpu-memory-gb", type=float, default=None, help="host memory per node (default 1024)")
     parser.add_argument("--nvme-path", default=None, help="NVMe folder; allows NVMe offload when nothing else fits")
-    parser.add_argument("--output", "-o", default=None, help="write the config to this file instead of stdout")
+    parser.add_argument("--output", "-o", default=None,
+                        help="write the config to this file instead of stdout (it replaces only a file this command wrote)")
     parser.add_argument("--json", action="store_true", help="print config, estimate and explanation as one JSON")
     parser.add_argument("--no-validate", action="store_true", help="skip the check with DeepSpeed's own parser")
 
@@ -36,7 +37,7 @@ def _check_args(args: argparse.Namespace) -> None:
     """Refuse what would fail late (after the estimate) or with a library traceback."""
     from ...errors import InvalidArgumentError
     from ...hardware.profiles import PROFILES, lookup_profile
-    from ...io import check_output_file
+    from ...io import check_result_file
 
     try:
         lookup_profile(args.gpu)
@@ -51,11 +52,11 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.seq_len is not None and args.seq_len < 1:
         raise InvalidArgumentError(f"--seq-len must be at least 1, got {args.seq_len}.")
     if args.output:
-        check_output_file(args.output, example="ds_config.json")
+        check_result_file(args.output, "--output", example="ds_config.json")  # replaces only a config we wrote
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...io import write_text_atomic
+    from ...io import write_json
     from ..output import data_stdout
 
     _check_args(args)
@@ -76,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
         print(plan.table(), file=sys.stderr)
         print(plan.explanation, file=sys.stderr)
         print(f"Config {validated}.", file=sys.stderr)
-        text = json.dumps(plan.to_dict() if args.json else plan.config, indent=2) + "\n"
-        if args.output:
-            write_text_atomic(args.output, text)
+        doc = plan.to_dict() if args.json else plan.config
+        if args.output:  # marked (`io.RESULT_MARK`, a top-level key DeepSpeed ignores), so a rerun may replace it
+            write_json(args.output, doc, "--output", indent=2)
             print(f"wrote {args.output}", file=sys.stderr)
         else:
-            out.write(text)
+            out.write(json.dumps(doc, indent=2) + "\n")
     return 0
