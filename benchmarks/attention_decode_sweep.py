@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 from typing import Any
 
@@ -74,6 +73,7 @@ def grid(batch: int, kv_heads: int, sms: int) -> list[tuple[dict[str, Any], int]
 def main(argv: list[str] | None = None) -> int:
     from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
     from optimum_amdx.benchmark.timing import graph_ms
+    from optimum_amdx.io import result_path_or_exit, write_json
     from optimum_amdx.kernels._paged_attention_triton import unified_attention_triton, unified_config
     from optimum_amdx.kernels.paged_attention import unified_attention
     from optimum_amdx.kernels.runtime import arch_family, device_arch
@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also time blocks laid out as runs, through the table and with first_pages")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     dtype = torch.float16
     family = arch_family(device_arch())
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -177,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         data = outs = None  # free this shape's caches before the next
         torch.cuda.empty_cache()
         if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1)
+            write_json(args.out, result)
     return 0
 
 

@@ -11,13 +11,13 @@ Usage: python benchmarks/bench_argmax.py [--out argmax.json]
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Optional
 
 import torch
 
 from optimum_amdx.benchmark.timing import graph_ms
+from optimum_amdx.io import result_path_or_exit, write_json
 from optimum_amdx.kernels.argmax import argmax_rows
 
 
@@ -27,6 +27,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--vocabs", default="128256,32000")
     parser.add_argument("--rows", default="1,16,64")
     args = parser.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         print("bench_argmax needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
@@ -43,8 +45,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             result["rows"].append({"vocab": vocab, "rows": rows, "torch_us": t_torch, "ours_us": t_ours})
             print(f"| {vocab} | {rows} | {t_torch:.1f} | {t_ours:.1f} | {t_torch / t_ours:.1f}x |", flush=True)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
     return 0
 
 

@@ -12,7 +12,6 @@ Prints a table and writes JSON (--out). Usage: python benchmarks/bench_attention
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from typing import Any, Callable
@@ -22,6 +21,7 @@ import torch.nn.functional as F
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.timing import device_ms, graph_ms
+from optimum_amdx.io import result_path_or_exit, write_json
 
 
 def time_ms(fn: Callable[[], Any], reps: int = 30, warmup: int = 5) -> float:
@@ -221,6 +221,8 @@ def main() -> int:
     parser.add_argument("--out", help="write the results as JSON to this file")
     parser.add_argument("--sweep", action="store_true", help="also time a small grid of tile configs")
     args = parser.parse_args()
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         print("bench_attention: needs a GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
@@ -241,9 +243,7 @@ def main() -> int:
     print("---- summary ----")
     print_table(best)
     if args.out:
-        with open(args.out, "w") as fh:
-            json.dump({"device": props.name, "copy_bw_Bps": copy_bw, "matmul_fp16_flops": mm, "rows": rows}, fh,
-                      indent=1)
+        write_json(args.out, {"device": props.name, "copy_bw_Bps": copy_bw, "matmul_fp16_flops": mm, "rows": rows})
     return 0
 
 

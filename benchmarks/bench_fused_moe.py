@@ -14,13 +14,13 @@ token counts. The weights of a shape are made once, on the device.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 import torch
 
 from optimum_amdx.benchmark.timing import call_seconds
+from optimum_amdx.io import result_path_or_exit, write_json
 from optimum_amdx.kernels.fused_moe import fused_moe, fused_moe_reference, route_topk
 
 SHAPES = {  # hidden, expert intermediate, experts, top-k
@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", default="", help="also time the grouped path's tile configs at these token counts")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     tokens = [int(t) for t in args.tokens.split(",") if t]
     if args.smoke:
         device, dtype, shapes, copy_bw, flops = "cpu", torch.float32, SMOKE, None, None
@@ -202,9 +204,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{(gmm / r['fused_ms']) if gmm else float('nan'):>6.2f}x {r.get('bw_floor_ms', float('nan')):>9.3f} "
               f"{pct:>5} {r.get('flop_floor_ms', float('nan')):>10.3f} {r['max_abs_err']:>9.2e}")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"device": name, "copy_bw_Bps": copy_bw, "matmul_flops": flops, "rows": rows, "sweep": swept}, f,
-                      indent=1)
+        write_json(args.out, {"device": name, "copy_bw_Bps": copy_bw, "matmul_flops": flops, "rows": rows,
+                              "sweep": swept})
     return 0
 
 

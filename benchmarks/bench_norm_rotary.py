@@ -10,7 +10,6 @@ Usage: python benchmarks/bench_norm_rotary.py --out norm_rotary.json
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Optional
 
@@ -18,6 +17,7 @@ import torch
 
 from optimum_amdx.benchmark.timing import device_ms as events_ms, graph_ms as graphed_ms
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth
+from optimum_amdx.io import result_path_or_exit, write_json
 from optimum_amdx.kernels.rmsnorm import rms_norm, rms_norm_reference
 from optimum_amdx.kernels.rotary import rotary_embedding_, rotary_embedding_reference
 
@@ -65,6 +65,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write results as JSON here")
     args = parser.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         print("bench_norm_rotary needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
@@ -81,8 +83,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{r['kernel']:20} {r['shape']:22} {r['ms'] * 1e3:8.1f} {r['pct_copy_bw']:6.1f} {r['eager_ms'] * 1e3:9.1f} "
               f"{r['torch_ms'] * 1e3:9.1f} {r['speedup']:7.2f}x")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "copy_GB_s": copy_bw / 1e9, "rows": rows}, f, indent=1)
+        write_json(args.out, {"device": torch.cuda.get_device_name(), "copy_GB_s": copy_bw / 1e9, "rows": rows})
     return 0
 
 

@@ -315,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--log-dir", default=".")
     workload(c)
     args = parser.parse_args(argv)
+    if args.cmd != "random-model" and args.out:  # random-model's --out is a model folder, not a result file
+        from optimum_amdx.io import result_path_or_exit, write_json  # here: a bare sweep needs no optimum_amdx
+
+        result_path_or_exit(args.out)  # before any server starts; --out replaces only a result we wrote
 
     if args.cmd == "random-model":
         random_model(args.shape, args.tokenizer, args.out, args.dtype, args.device, args.seed)
@@ -329,8 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         meta["results"] = compare(args)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(meta, f, indent=2)
+        write_json(args.out, meta, indent=2)
     return 0
 
 

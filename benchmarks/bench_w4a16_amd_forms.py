@@ -16,12 +16,12 @@ Usage: python benchmarks/bench_w4a16_amd_forms.py --forms cdna,rdna3 --rows 2,16
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
 
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
+from optimum_amdx.io import result_path_or_exit, write_json
 from optimum_amdx.kernels._w4a16_gemm_triton import family
 from optimum_amdx.kernels._w4a16_pipelined_triton import AMD_CLASSES, pipelined_config
 from optimum_amdx.kernels._w4a16_triton import _chunks, _group_arg
@@ -55,6 +55,8 @@ def main() -> None:
     p.add_argument("--overrides", default="", help="also time each form with these config overrides: K=V:K=V;K=V...")
     p.add_argument("--out", help="write results as JSON here")
     args = p.parse_args()
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         sys.exit("error: this benchmark needs a GPU (torch.cuda).")
     arch = device_arch()
@@ -100,10 +102,9 @@ def main() -> None:
                   + " ".join(f"{c:>16s}" for c in cells), flush=True)
     print("(x) = the better of the fused GEMM and dequant + BLAS over the form's time")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "dtype": args.dtype,
-                       "uuid": str(torch.cuda.get_device_properties(0).uuid), "forms": forms, "results": results}, f,
-                      indent=1)
+        write_json(args.out, {"device": torch.cuda.get_device_name(), "arch": arch, "dtype": args.dtype,
+                              "uuid": str(torch.cuda.get_device_properties(0).uuid), "forms": forms,
+                              "results": results})
 
 
 if __name__ == "__main__":

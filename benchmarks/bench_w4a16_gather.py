@@ -14,7 +14,6 @@ Usage: python benchmarks/bench_w4a16_gather.py --k 4096,14336 --rows 1,16,256 --
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Optional
 
@@ -22,6 +21,7 @@ import torch
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies
+from optimum_amdx.io import result_path_or_exit, write_json
 from optimum_amdx.kernels._w4a16_gemm_triton import gather_form, gather_x
 from optimum_amdx.kernels.runtime import compute_units
 
@@ -46,6 +46,8 @@ def main() -> None:
     p.add_argument("--rows", default="1,16,64,256,1024,2048", help="row counts, comma-separated")
     p.add_argument("--out", help="write results as JSON here")
     args = p.parse_args()
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         sys.exit("bench_w4a16_gather.py needs a GPU (torch.cuda).")
     dev = torch.device("cuda")
@@ -73,9 +75,9 @@ def main() -> None:
             results.append({"k": k, "rows": m, "floor_us": floor_us, "auto_form": gather_form(m, k),
                             "us": cells})
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "uuid": str(torch.cuda.get_device_properties(0).uuid),
-                       "copy_gbs": copy_gbs, "results": results}, f, indent=1)
+        write_json(args.out, {"device": torch.cuda.get_device_name(),
+                              "uuid": str(torch.cuda.get_device_properties(0).uuid), "copy_gbs": copy_gbs,
+                              "results": results})
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from bench_w4a16 import LLAMA_SHAPES, call_bytes, ours_ms, random_gptq  # noqa: 
 from m1_cost_model import least_squares  # noqa: E402
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
+from optimum_amdx.io import result_path_or_exit, write_json  # noqa: E402
 from optimum_amdx.kernels._w4a16_triton import stream_config  # noqa: E402
 from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
 
@@ -50,8 +51,7 @@ SWEEP = [{}, {"maxnreg": 72}, {"maxnreg": 96}, {"num_warps": 4}, {"LOOKAHEAD": T
 def _save(result: dict[str, Any], path: Optional[str]) -> None:
     """Written after every row, so a run cut short keeps what it measured."""
     if path:
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1, default=str)
+        write_json(path, result)
 
 
 def _pct(w: Any, ms: float, copy_bw: float) -> float:
@@ -133,6 +133,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             parser.error(f"--sweep is not JSON ({exc}); pass a list of dicts such as '[{{}}, {{\"maxnreg\": 48}}]'")
         if not isinstance(sweep, list) or not all(isinstance(c, dict) for c in sweep):
             parser.error("--sweep takes a JSON list of dicts, e.g. '[{}, {\"num_warps\": 4}]'")
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         print("bench_w4a16_gemv needs a GPU (torch.cuda)", file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ from bench_w4a16 import _clone, call_bytes, random_gptq  # noqa: E402
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies  # noqa: E402
+from optimum_amdx.io import result_path_or_exit, write_json  # noqa: E402
 from optimum_amdx.kernels.paged_attention import unified_attention  # noqa: E402
 from optimum_amdx.kernels.w4a16 import accumulating_route, w4a16_accumulate  # noqa: E402
 
@@ -80,6 +81,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--ctx", type=int, default=512)
     parser.add_argument("--out", default="w4a16-l2-prefetch.json")
     args = parser.parse_args(argv)
+    result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         print("bench_w4a16_l2_prefetch needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
@@ -141,8 +143,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                                  for (d, w), o in zip(layers, outs)]) * 1e3
     res["layers"].append(row)
     print(json.dumps({c: (round(v, 2) if isinstance(v, float) else v) for c, v in row.items()}), flush=True)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
+    write_json(args.out, res)
     return 0
 
 

@@ -8,7 +8,6 @@ shape (us and % of copy bandwidth) and writes JSON (RESULTS.md round 19).
 Usage: python benchmarks/bench_w4a16_m1_accumulate.py [--out F.json] [--configs base,xprep_free,...]
 """
 import argparse
-import json
 import os
 import sys
 from typing import Optional
@@ -20,6 +19,7 @@ from bench_w4a16 import _clone, call_bytes, random_gptq  # noqa: E402
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies  # noqa: E402
+from optimum_amdx.io import result_path_or_exit, write_json  # noqa: E402
 from optimum_amdx.kernels import _w4a16_triton as kt  # noqa: E402
 from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
 
@@ -53,6 +53,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", default="w4a16-m1-accumulate.json")
     parser.add_argument("--configs", default=",".join(CFGS), help="comma list of " + ", ".join(CFGS))
     args = parser.parse_args(argv)
+    result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         print("bench_w4a16_m1_accumulate needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
@@ -90,8 +91,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(line, flush=True)
         del ws, accs
         torch.cuda.empty_cache()
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
+    write_json(args.out, res)
     return 0
 
 

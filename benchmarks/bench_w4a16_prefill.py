@@ -16,13 +16,13 @@ Usage: python benchmarks/bench_w4a16_prefill.py --rows 512,1024,2048 --fused \
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Callable
 
 import torch
 
 from optimum_amdx.benchmark.timing import device_ms, graph_ms, l2_cold_copies
+from optimum_amdx.io import result_path_or_exit, write_json
 from optimum_amdx.kernels import _w4a16_triton as kt
 from optimum_amdx.kernels.runtime import device_arch
 from optimum_amdx.kernels.w4a16 import w4a16_matmul
@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="act-order weights (asymmetric zeros: x gathered into the layout's row order)")
     p.add_argument("--out", help="write results as JSON here")
     args = p.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         raise SystemExit("bench_w4a16_prefill.py needs a GPU")
     rows_list = [int(v) for v in args.rows.split(",")]
@@ -116,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
             tot = {v: sum(r["us"].get(v, float("nan")) for r in rs) for v in rs[0]["us"]}
             print(f"  {shape} M={m}: " + "  ".join(f"{v}: {t:7.1f} ({t / tot[ref_key]:.2f}x)" for v, t in tot.items()))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "eager": args.eager, "dtype": args.dtype,
-                       "act_order": args.act_order, "asym": args.act_order or args.asym, "group": args.group, "uuid": str(torch.cuda.get_device_properties(0).uuid),
-                       "results": results}, f, indent=1)
+        write_json(args.out, {"device": torch.cuda.get_device_name(), "arch": arch, "eager": args.eager,
+                              "dtype": args.dtype, "act_order": args.act_order, "asym": args.act_order or args.asym,
+                              "group": args.group,
+                              "uuid": str(torch.cuda.get_device_properties(0).uuid), "results": results})
     return 0
 
 

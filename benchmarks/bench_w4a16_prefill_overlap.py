@@ -20,7 +20,6 @@ Prints a table and writes JSON. Usage: python benchmarks/bench_w4a16_prefill_ove
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Callable, Optional
@@ -31,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_w4a16 import random_gptq  # noqa: E402
 
 from optimum_amdx.benchmark.timing import device_ms  # noqa: E402
+from optimum_amdx.io import result_path_or_exit, write_json  # noqa: E402
 from optimum_amdx.kernels._w4a16_triton import dequantize_dense  # noqa: E402
 from optimum_amdx.kernels.w4a16 import w4a16_matmul  # noqa: E402
 
@@ -59,6 +59,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         print("bench_w4a16_prefill_overlap needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
@@ -121,8 +123,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{args.model} {args.rows} rows, {name}: {result[name + '_ms_per_layer'] * 1e3:.1f} us per layer",
               flush=True)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
     return 0
 
 

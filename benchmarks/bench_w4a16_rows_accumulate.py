@@ -13,7 +13,6 @@ Usage: python benchmarks/bench_w4a16_rows_accumulate.py [--rows 16] [--configs b
        [--dtype fp16|bf16] [--out F.json]
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -26,6 +25,7 @@ from bench_w4a16 import _clone, call_bytes, random_gptq  # noqa: E402
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth  # noqa: E402
 from optimum_amdx.benchmark.timing import graph_ms, l2_cold_copies  # noqa: E402
+from optimum_amdx.io import result_path_or_exit, write_json  # noqa: E402
 from optimum_amdx.kernels import _w4a16_pipelined_triton as kp  # noqa: E402
 from optimum_amdx.kernels.runtime import device_arch  # noqa: E402
 
@@ -119,6 +119,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--flush", action="store_true", help="time the flushed call (fp16 output, split-K tickets), "
                         "as from 17 rows on, instead of the accumulating one")
     args = parser.parse_args(argv)
+    result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         print("bench_w4a16_rows_accumulate needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
@@ -169,8 +170,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             del accs
         del ws
         torch.cuda.empty_cache()
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
+    write_json(args.out, res)
     return 0
 
 

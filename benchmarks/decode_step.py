@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 from typing import Any, Iterator
 
 import torch
@@ -39,6 +38,7 @@ from optimum_amdx.benchmark.backends import _tensor_bytes, apply_quantization, b
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
 from optimum_amdx.benchmark.roofline import ModelGeometry, kv_cache_bytes
 from optimum_amdx.benchmark.timing import call_seconds, graph_ms
+from optimum_amdx.io import result_path_or_exit, write_json
 from optimum_amdx.kernels.runtime import PDL_KERNELS, set_pdl
 from optimum_amdx.modeling.cache import PagedKVCache
 from optimum_amdx.modeling import paged_model
@@ -429,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before any model build; --out replaces only a result we wrote
     args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
     args.variants = [v for v in args.variants.split(",") if v]
     args.pdl = [v for v in args.pdl.split(",") if v]
@@ -466,8 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                 gc.collect()
                 torch.cuda.empty_cache()
             if args.out:
-                with open(args.out, "w") as f:
-                    json.dump(results, f, indent=1)
+                write_json(args.out, results)
     print_summary(results)
     return 0
 

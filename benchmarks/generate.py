@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import json
 import statistics
 import sys
 import time
@@ -35,6 +34,7 @@ from typing import Any, Callable
 import torch
 
 from optimum_amdx.benchmark.ceilings import measure_copy_bandwidth, measure_matmul_flops
+from optimum_amdx.io import result_path_or_exit, write_json
 
 
 class TimingStreamer:
@@ -310,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="print a kernel profile of the batch-1 decode graph")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before any model build; --out replaces only a result we wrote
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b]
     args.hf_batch_sizes = [int(b) for b in args.hf_batch_sizes.split(",") if b]
     p_lo, p_hi = map(int, args.prompt_range.split(","))
@@ -396,8 +398,7 @@ def _config_keys(shape: str) -> set[str]:
 
 def _save(results: dict, path: str | None) -> None:
     if path:
-        with open(path, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(path, results, indent=2)
 
 
 def print_table(r: dict, args) -> None:

@@ -15,6 +15,8 @@ import math
 import sys
 from typing import Any, Optional
 
+from optimum_amdx.io import result_path_or_exit, write_json
+
 TILE = 128
 TILE_BYTES = TILE * TILE // 2
 """Bytes of packed 4-bit words in one 128 x 128 tile."""
@@ -57,6 +59,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="programs of the stream grid (default: H100, 132 SMs x 4 resident 8-warp programs)")
     parser.add_argument("--out", help="write the fit as JSON here")
     args = parser.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before any work; --out replaces only a result we wrote
     with open(args.json) as f:
         data = json.load(f)
     if not data.get("m1"):
@@ -72,8 +76,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{r['group']:>5} {int(r['act_order']):>4} {r['fixed_us']:9.2f} {r['per_tile_us']:12.3f} "
               f"{r['stream_TB_s']:12.2f} {pct:7.1f} {r['max_residual_us']:10.2f}")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
     return 0
 
 

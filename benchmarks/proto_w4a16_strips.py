@@ -34,7 +34,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Optional
@@ -45,6 +44,7 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from optimum_amdx.io import result_path_or_exit, write_json  # noqa: E402
 from optimum_amdx.kernels._pdl import pdl_begin  # noqa: E402
 from optimum_amdx.kernels._w4a16_triton import _LDG_H_ASM, _bias_pairs, _dot32, _pair_h2  # noqa: E402
 from optimum_amdx.kernels.runtime import interpret_mode  # noqa: E402
@@ -250,8 +250,7 @@ def timings(configs: list[tuple[int, ...]], shapes: list[tuple[int, int]], out_p
               f"{row[best]:.2f} us ({row['pct_copy'][best]:.1f} % of copy; shipped {row['pct_copy']['shipped']:.1f} %), "
               f"wrong (rel err > 1e-2): {[nm for nm in names[2:] if nm not in right] or 'none'} |", flush=True)
         if out_path:
-            with open(out_path, "w") as f:
-                json.dump(result, f, indent=1)
+            write_json(out_path, result)
         del ws
 
 
@@ -264,6 +263,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="strip calls with programmatic dependent launch (as the shipped one-row call), without, or both")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before any measuring; --out replaces only a result we wrote
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.check or device == "cpu":
         return 1 if check(device) else 0

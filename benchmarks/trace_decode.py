@@ -28,6 +28,7 @@ from trace_generate import _prompt, _union  # noqa: E402
 
 from optimum_amdx.benchmark.backends import LoadSizes, get_backend, resolve_source  # noqa: E402
 from optimum_amdx.benchmark.timing import Clock, make_token_timer, split_timings  # noqa: E402
+from optimum_amdx.io import result_path_or_exit, write_json  # noqa: E402
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -42,6 +43,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    if args.out:
+        result_path_or_exit(args.out)  # before the model loads; --out replaces only a result we wrote
     if not torch.cuda.is_available():
         print("trace_decode.py needs a GPU (torch.cuda)", file=sys.stderr)
         return 2
@@ -108,8 +111,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                               "window_us": b - a, "busy_us": busy_us, "gaps_us": sorted(gaps, reverse=True)[:50],
                               "per_step_kernels": per_step}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
     runner.close()
     return 0
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import tempfile
 import time
 from typing import Any
 
@@ -28,6 +30,7 @@ import torch
 from optimum_amdx.benchmark import harness
 from optimum_amdx.benchmark.backends import LoadSizes, get_backend, resolve_source
 from optimum_amdx.benchmark.timing import Clock, make_token_timer, split_timings
+from optimum_amdx.io import result_path_or_exit, write_json
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _STALLERS = ("cudaMalloc", "cudaFree", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize",
@@ -124,6 +127,10 @@ def main() -> None:
     p.add_argument("--out", default=None)
     p.add_argument("--trace", default=None, help="also write the profiled call's Chrome trace here")
     args = p.parse_args()
+    if args.out:
+        result_path_or_exit(args.out)  # before the model loads; --out replaces only a result we wrote
+    if args.trace:
+        result_path_or_exit(args.trace, "--trace")
     if not torch.cuda.is_available():
         raise SystemExit("trace_generate.py needs a GPU (torch.cuda).")
 
@@ -174,10 +181,14 @@ def main() -> None:
         window.__enter__()
         runner.generate(ids, None, args.new_tokens, FirstTokenEnds())
         clock.synchronize()
-    path = args.trace or "/tmp/trace_generate.json"
-    prof.export_chrome_trace(path)
-    with open(path) as f:
-        split = analyze(json.load(f), "amdx::ttft")
+    with tempfile.TemporaryDirectory() as tmp:  # --trace gets the trace whole, below (atomic, marked as ours)
+        path = os.path.join(tmp, "trace.json") if args.trace else "/tmp/trace_generate.json"
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)
+    if args.trace:  # a JSON-object Chrome trace: viewers take other top-level keys as metadata
+        write_json(args.trace, trace, "--trace", indent=None)
+    split = analyze(trace, "amdx::ttft")
     print(f"\nprofiled call (profiler overhead included): TTFT window {split['window_ms']:.2f} ms, host before the "
           f"first kernel {split['host_before_first_kernel_ms']:.2f} ms, device busy {split['device_busy_ms']:.2f} ms "
           f"over {split['kernels']} kernels, device idle {split['device_idle_ms']:.2f} ms")
@@ -190,8 +201,7 @@ def main() -> None:
     result = {"model": args.model, "dtype": args.dtype, "batch": args.batch, "prompt": args.prompt,
               "device": torch.cuda.get_device_name(), "torch": torch.__version__, "calls": calls, "profiled": split}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
     runner.close()
 
 
