@@ -249,7 +249,9 @@ def _flash_spec(head_dim: int, dtype: str, causal: bool, varlen: bool, num_qpk: 
 
     signature.update({k: "constexpr" for k in make("gfx942")[0]})
     mode = ("causal" if causal else "full") + (",varlen" if varlen else "")
-    return grouped_specs(f"flash_attention_fwd[{mode},d{head_dim},{dtype}]", _flash_fwd_kernel, signature, make, True, True)
+    # every stride is a multiple of head_dim (or 0), so of 16, in every launch, and Triton specializes on that
+    return grouped_specs(f"flash_attention_fwd[{mode},d{head_dim},{dtype}]", _flash_fwd_kernel, signature, make, True, True,
+                         tuple(strides))
 
 
 AMD_COMPILE_SPECS: list[CompileSpec] = [

@@ -58,8 +58,9 @@ def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: 
 
     head_dim 256 (Gemma 2, Gemma 3 4B/12B) holds twice the accumulator and key/value tile per program: on
     AMD the key tile is halved (and the prefill M tile), which keeps gfx90a/gfx942 free of scratch spills; gfx1100
-    (wave32, 256 VGPRs a lane) takes 16-row prefill tiles, which with 8 warps spill on none of Triton 3.6-3.9
-    (32-row ones spilled 8-68 B on 3.7-3.8, and 388-560 B with 4 warps; RESULTS.md round30).
+    (wave32, 256 VGPRs a lane) takes 16-row prefill tiles (32-row ones spilled 8-68 B on 3.7-3.8, and 388-560 B
+    with 4 warps; RESULTS.md round30) and 16 warps, the one count that spills on none of Triton 3.6-3.9 as
+    launched (round31).
     """
     cfg = _base_unified_config(family, head_dim_pad, num_qpk, max_query_len)
     if head_dim_pad >= 256 and family in _AMD_FAMILIES:
@@ -67,6 +68,8 @@ def unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query_len: 
         if max_query_len > 8:
             cfg["BLOCK_M"] = (max(16, next_pow2(num_qpk)) if family == "rdna3"
                               else max(32, next_pow2(num_qpk), cfg["BLOCK_M"] // 2))
+        if family == "rdna3":  # 16 x 16 tiles at 8 warps spill 132 B on Triton 3.9 (4 warps 260); 16 none (round31)
+            cfg["num_warps"] = 16
     return cfg
 
 
@@ -96,9 +99,10 @@ def _base_unified_config(family: str, head_dim_pad: int, num_qpk: int, max_query
     if decode:
         block_m = max(16, next_pow2(num_qpk))
         if family == "rdna3":
-            # gfx1100 (wave32): with 4 warps the split-K decode body spills 8 bytes; 8 warps do not. 32-key tiles
-            # spilled 20-56 B with Triton 3.6-3.8 (the act-order form too); 16-key tiles spill on none (round30).
-            cfg = amd_launch_options(family, 8, 0)
+            # gfx1100 (wave32): 16-key tiles (32-key ones spilled 20-56 B with Triton 3.6-3.8, the act-order form
+            # too; round30) with 4 warps: compiled as launched (strides multiples of 16), 8 warps spill 28 B on
+            # Triton 3.9 and 4 warps spill on none of 3.6-3.9, d64 to d128, split or not (round31)
+            cfg = amd_launch_options(family, 4, 0)
             cfg.update(BLOCK_M=block_m, BLOCK_N=16)
             return cfg
         if family in _AMD_FAMILIES:
@@ -184,6 +188,15 @@ def decode_launch_options(family: str, launch: dict[str, Any], programs: int, cu
     if few is None or programs > split_rule(family)[1] * cus:
         return launch
     return {**launch, **few}
+
+
+def kv_ahead(pdl: bool, one_token: bool, num_qpk: int) -> bool:
+    """Whether a launch reads its first tile's keys and values of earlier steps before its PDL wait (`KV_AHEAD`): a
+    decode step (one query token per sequence) under PDL, with grouped queries. H200, batch-1 decode step, two calls
+    in opposite orders (RESULTS.md round31): Llama-3-8B (4 query heads a KV head) 0.5-1.3 % faster in GPTQ and fp16;
+    Llama-2-7B (one query head a KV head: 4x the programs, each reading as many bytes) 0.7 % slower in fp16 in both
+    calls and within 0.8 % in GPTQ, so it keeps the read after the wait."""
+    return pdl and one_token and num_qpk > 1
 
 
 def reshape_cache_config(family: str) -> dict[str, Any]:
@@ -273,42 +286,48 @@ def _tanh(x):
 
 
 @triton.jit
-def _paged_tile(
-    acc, l_i, m_i, q, table, k_head, v_head, tile_start, q_pos, kv_end, sliding_window, qk_scale, softcap_log2,
-    stride_kb, stride_ks, stride_vb, stride_vs,
-    BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, first_page, RUNS: tl.constexpr,
-):
-    """One key/value tile read through the block table; MASKED tiles check length, causality, window.
-
-    RUNS: the sequence's blocks are one ascending run from block `first_page`, so a key's block is
-    first_page + key // PAGE_SIZE, computed instead of loaded from the table (no dependent load ahead of
-    the K/V loads). With USE_SOFTCAP, qk_scale is scale / cap and the scores become cap * tanh(.) in log2
-    units (softcap_log2 = cap * log2(e)).
-    """
-    offs_n = tile_start + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    d_mask = offs_d < HEAD_DIM
-    if MASKED:
-        n_valid = offs_n < kv_end
+def _tile_pages(table, offs_n, kv_end, first_page, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr, RUNS: tl.constexpr):
+    """The cache blocks of keys `offs_n` (int64): from the block table, or computed in the run form (`_paged_tile`)."""
     if RUNS:
         page = (first_page + offs_n // PAGE_SIZE).to(tl.int64)
     elif MASKED:
-        page = tl.load(table + offs_n // PAGE_SIZE, mask=n_valid, other=0).to(tl.int64)
+        page = tl.load(table + offs_n // PAGE_SIZE, mask=offs_n < kv_end, other=0).to(tl.int64)
     else:
         page = tl.load(table + offs_n // PAGE_SIZE).to(tl.int64)
+    return page
+
+
+@triton.jit
+def _tile_kv(k_head, v_head, page, offs_n, n_valid, k_other, v_other, stride_kb, stride_ks, stride_vb, stride_vs,
+             PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr):
+    """The tile's keys ``[HEAD_DIM_PAD, BLOCK_N]`` and values ``[BLOCK_N, HEAD_DIM_PAD]``; MASKED: only keys
+    `n_valid` are read, the others are `k_other` / `v_other` (zero, or the tile's keys read earlier: a masked load
+    into the registers that hold them, no second copy)."""
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    d_mask = offs_d < HEAD_DIM
     in_page = offs_n % PAGE_SIZE
     k_ptrs = k_head + (page * stride_kb + in_page * stride_ks)[None, :] + offs_d[:, None]
     v_ptrs = v_head + (page * stride_vb + in_page * stride_vs)[:, None] + offs_d[None, :]
-    if MASKED:
-        k = tl.load(k_ptrs, mask=n_valid[None, :] & d_mask[:, None], other=0.0)
-        v = tl.load(v_ptrs, mask=n_valid[:, None] & d_mask[None, :], other=0.0)
+    if MASKED and HEAD_DIM == HEAD_DIM_PAD:
+        k = tl.load(k_ptrs, mask=n_valid[None, :], other=k_other)
+        v = tl.load(v_ptrs, mask=n_valid[:, None], other=v_other)
+    elif MASKED:
+        k = tl.load(k_ptrs, mask=n_valid[None, :] & d_mask[:, None], other=k_other)
+        v = tl.load(v_ptrs, mask=n_valid[:, None] & d_mask[None, :], other=v_other)
     elif HEAD_DIM == HEAD_DIM_PAD:
         k = tl.load(k_ptrs)
         v = tl.load(v_ptrs)
     else:
         k = tl.load(k_ptrs, mask=d_mask[:, None], other=0.0)
         v = tl.load(v_ptrs, mask=d_mask[None, :], other=0.0)
+    return k, v
+
+
+@triton.jit
+def _tile_softmax(acc, l_i, m_i, q, k, v, offs_n, q_pos, sliding_window, qk_scale, softcap_log2,
+                  MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr):
+    """The online-softmax update of (acc, l_i, m_i) by one key/value tile; MASKED tiles check causality and the
+    window (see `_paged_tile`)."""
     scores = tl.dot(q, k) * qk_scale
     if USE_SOFTCAP:
         scores = softcap_log2 * _tanh(scores)
@@ -323,6 +342,28 @@ def _paged_tile(
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, l_i, m_new
+
+
+@triton.jit
+def _paged_tile(
+    acc, l_i, m_i, q, table, k_head, v_head, tile_start, q_pos, kv_end, sliding_window, qk_scale, softcap_log2,
+    stride_kb, stride_ks, stride_vb, stride_vs,
+    BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    MASKED: tl.constexpr, USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, first_page, RUNS: tl.constexpr,
+):
+    """One key/value tile read through the block table; MASKED tiles check length, causality, window.
+
+    RUNS: the sequence's blocks are one ascending run from block `first_page`, so a key's block is
+    first_page + key // PAGE_SIZE, computed instead of loaded from the table (no dependent load ahead of
+    the K/V loads). With USE_SOFTCAP, qk_scale is scale / cap and the scores become cap * tanh(.) in log2
+    units (softcap_log2 = cap * log2(e)).
+    """
+    offs_n = tile_start + tl.arange(0, BLOCK_N)
+    page = _tile_pages(table, offs_n, kv_end, first_page, PAGE_SIZE, MASKED, RUNS)
+    k, v = _tile_kv(k_head, v_head, page, offs_n, offs_n < kv_end, 0.0, 0.0, stride_kb, stride_ks, stride_vb,
+                    stride_vs, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, MASKED)
+    return _tile_softmax(acc, l_i, m_i, q, k, v, offs_n, q_pos, sliding_window, qk_scale, softcap_log2, MASKED,
+                         USE_WINDOW, USE_SOFTCAP)
 
 
 @triton.jit
@@ -382,10 +423,13 @@ def _unified_attention_kernel(
     HEADS_FIRST: tl.constexpr = False,
     RUNS: tl.constexpr = False,
     OUT_COLS: tl.constexpr = False,
+    KV_AHEAD: tl.constexpr = False,
 ):
     # PDL (programmatic dependent launch, `runtime.pdl_enabled`): let the next kernel launch, then wait for the last,
     # just before the first load of what the kernel before wrote (q). The sequence boundaries and lengths are the
     # step's inputs, written before the graph runs: their dependent trips come before the wait.
+    # KV_AHEAD (`kv_ahead`: a decode step under PDL): the first tile's blocks and its keys and values from earlier
+    # steps come before the wait too, so after it only q and this step's keys are a trip away.
     # HEADS_FIRST (prompt and mixed steps): grid axis 0 is the KV head, so programs are dispatched query
     # block by query block across all heads; with axis 0 the query block, each head's programs for empty
     # sequence slots (a captured graph has room for every slot) came before the next head's real ones
@@ -427,14 +471,6 @@ def _unified_attention_kernel(
     q_pos = context_before + q_tok
     token = (q_start + q_tok).to(tl.int64)
 
-    if PDL:
-        pdl_begin()
-    q = tl.load(
-        q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-        mask=row_valid[:, None] & d_mask[None, :],
-        other=0.0,
-    )
-
     kv_end = context_before + tl.minimum((q_block_local + 1) * BLOCK_Q, q_len)
     kv_start = 0
     if USE_WINDOW:
@@ -447,23 +483,49 @@ def _unified_attention_kernel(
         per_split = tl.cdiv(num_tiles, NUM_SPLITS)
         tile_lo = split * per_split
         tile_hi = tl.minimum(tile_lo + per_split, num_tiles)
+    table = block_tables_ptr + seq.to(tl.int64) * stride_bt
+    k_head = k_cache_ptr + kv_head * stride_kh
+    v_head = v_cache_ptr + kv_head * stride_vh
+    first_page = 0
+    if RUNS:  # every sequence's blocks are one ascending run: its keys' blocks are computed, not looked up
+        first_page = tl.load(first_pages_ptr + seq)
+    if KV_AHEAD:
+        # The first tile's blocks, and its keys and values before this step's (positions below context_before,
+        # written by earlier steps): no kernel of this step writes them, so they are read before the wait. This
+        # step's keys (written by the rotary + cache kernel before this one) are read after it.
+        offs_a = kv_start + tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
+        page_a = _tile_pages(table, offs_a, kv_end, first_page, PAGE_SIZE, True, RUNS)
+        old_a = offs_a < context_before
+        k_a, v_a = _tile_kv(k_head, v_head, page_a, offs_a, old_a, 0.0, 0.0, stride_kb, stride_ks, stride_vb,
+                            stride_vs, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True)
+
+    if PDL:
+        pdl_begin()
+    q = tl.load(
+        q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+        mask=row_valid[:, None] & d_mask[None, :],
+        other=0.0,
+    )
 
     m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-    table = block_tables_ptr + seq.to(tl.int64) * stride_bt
-    k_head = k_cache_ptr + kv_head * stride_kh
-    v_head = v_cache_ptr + kv_head * stride_vh
+    loop_lo = tile_lo
+    if KV_AHEAD:  # the first tile, completed with this step's keys
+        if tile_lo < tile_hi:
+            new_a = (offs_a >= context_before) & (offs_a < kv_end)
+            k_a, v_a = _tile_kv(k_head, v_head, page_a, offs_a, new_a, k_a, v_a, stride_kb, stride_ks, stride_vb,
+                                stride_vs, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True)
+            acc, l_i, m_i = _tile_softmax(acc, l_i, m_i, q, k_a, v_a, offs_a, q_pos, sliding_window, qk_scale,
+                                          softcap_log2, True, USE_WINDOW, USE_SOFTCAP)
+        loop_lo = tile_lo + 1
 
     # Tiles wholly at or before the block's first query position are visible to every row: no masks.
-    full_end = tile_lo
+    full_end = loop_lo
     if not USE_WINDOW:
         first_pos = context_before + q_block_local * BLOCK_Q
-        full_end = tl.minimum(tl.maximum((first_pos + 1) // BLOCK_N, tile_lo), tile_hi)
-    first_page = 0
-    if RUNS:  # every sequence's blocks are one ascending run: its keys' blocks are computed, not looked up
-        first_page = tl.load(first_pages_ptr + seq)
-    for tile in range(tile_lo, full_end):
+        full_end = tl.minimum(tl.maximum((first_pos + 1) // BLOCK_N, loop_lo), tl.maximum(tile_hi, loop_lo))
+    for tile in range(loop_lo, full_end):
         acc, l_i, m_i = _paged_tile(
             acc, l_i, m_i, q, table, k_head, v_head, kv_start + tile * BLOCK_N, q_pos, kv_end, sliding_window,
             qk_scale, softcap_log2, stride_kb, stride_ks, stride_vb, stride_vs,
@@ -636,9 +698,11 @@ def unified_attention_triton(
 
     fused_reduce: with splits, the last split program of each (query block, KV head) combines them in
     the same launch (when `split_counters` can serve it) instead of a second kernel. Off unless asked:
-    on an H100 it made a Llama-3-8B batch-1 step 86 us slower (the combining program's serial walk over
-    the splits costs more than the launch it saves; benchmarks/RESULTS.md), and on gfx942 with Triton
-    3.8 its code made the split kernel spill 20 bytes per lane.
+    on an H100 it made a Llama-3-8B batch-1 step 86 us slower, and on gfx942 with Triton 3.8 its code made
+    the split kernel spill 20 bytes per lane. The combining program's walk over the splits is serial, but
+    not the whole cost: reading every split in one trip instead still left the H200's batch-1 step 3-4 %
+    slower than the reduce kernel (benchmarks/RESULTS.md round31), so the counter's handshake costs more
+    than the launch it saves.
     """
     total_q, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
@@ -692,7 +756,7 @@ def unified_attention_triton(
         BLOCK_N=consts["BLOCK_N"], PAGE_SIZE=k_cache.shape[1], USE_WINDOW=sliding_window is not None,
         NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), FUSED_REDUCE=counters is not None,
         SPLITS_PAD=next_pow2(num_splits), PDL=pdl, ONE_TOKEN=one_token, SEQS_PAD=seqs_pad, HEADS_FIRST=not one_token,
-        RUNS=first_pages is not None, OUT_COLS=out_cols is not None,
+        RUNS=first_pages is not None, OUT_COLS=out_cols is not None, KV_AHEAD=kv_ahead(pdl, one_token, num_qpk),
         launch_pdl=pdl, **launch,
         **PINNED_COMPILE_OPTIONS,
     )
@@ -745,7 +809,11 @@ def _unified_spec(mode: str, head_dim: int, dtype: str, num_qpk: int, num_splits
     signature.update({k: "constexpr" for k in make("gfx942")[0]})
     extra = ((",window" if window else "") + (",softcap" if softcap else "") + (",runs" if runs else "")
              + (",out_cols" if out_cols else ""))
-    return grouped_specs(f"unified_attention[{mode},d{head_dim},{dtype}{extra}]", _unified_attention_kernel, signature, make, True, True)
+    # strides of q / caches / out are multiples of 16 in every launch (head_dim is), and Triton specializes on that
+    divisible = ("stride_qt", "stride_qh", "stride_kb", "stride_ks", "stride_kh", "stride_vb", "stride_vs", "stride_vh",
+                 "stride_ot", "stride_oh")
+    return grouped_specs(f"unified_attention[{mode},d{head_dim},{dtype}{extra}]", _unified_attention_kernel, signature,
+                         make, True, True, divisible)
 
 
 def _reduce_spec(head_dim: int, dtype: str, num_splits: int, out_cols: bool = False) -> list[CompileSpec]:
@@ -759,7 +827,7 @@ def _reduce_spec(head_dim: int, dtype: str, num_splits: int, out_cols: bool = Fa
     return grouped_specs(
         f"unified_attention_split_reduce[d{head_dim},{dtype}{',out_cols' if out_cols else ''}]", _split_reduce_kernel,
         signature,
-        lambda arch: (consts, split_reduce_config(arch_family(arch))), False, False,
+        lambda arch: (consts, split_reduce_config(arch_family(arch))), False, False, ("stride_ot", "stride_oh"),
     )
 
 
@@ -773,7 +841,7 @@ def _reshape_spec(head_dim: int, dtype: str, num_kv_heads: int) -> list[CompileS
                  **{s: "i32" for s in strides}, **{k: "constexpr" for k in consts}}
     return grouped_specs(
         f"reshape_and_cache[d{head_dim},{dtype}]", _reshape_and_cache_kernel, signature,
-        lambda arch: (consts, reshape_cache_config(arch_family(arch))), False, False,
+        lambda arch: (consts, reshape_cache_config(arch_family(arch))), False, False, strides,
     )
 
 

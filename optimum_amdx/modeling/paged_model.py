@@ -206,7 +206,9 @@ class DecodeFusions:
         (one launch fewer per layer). Off by default until it measures faster (benchmarks/RESULTS.md).
     fused_reduce: split decode attention combines its splits in the same launch (the last split to
         finish does it) instead of a second kernel per layer. Off by default: on an H100 the batch-1 step
-        took 5.88 ms with it against 5.80 without (32 fewer launches, but a slower attention).
+        took 5.88 ms with it against 5.80 without (32 fewer launches, but a slower attention); on an H200 under
+        PDL, GPTQ Llama-3-8B 1.903 against 1.768 ms, and 1.810 against 1.750 with every split read in one trip
+        (benchmarks/RESULTS.md round31).
     norm_gemm: with the skinny GEMM, the residual add + RMSNorm before q/k/v and before gate/up run
         inside those GEMMs (`skinny_gemm_norm`). Off by default: on an H200 every GEMM program
         re-reading the rows for the norm cost more than the launches it saved (benchmarks/RESULTS.md).

@@ -170,12 +170,23 @@ cons = dict(GROUP_SIZE=128, CHUNKS=1, BLOCK_M=1, BLOCK_N=128, HAS_ZEROS=True, HA
             PACK4=True, LOOKAHEAD=False, PDL=True, ACCUM=True, HALF_LOOP=False, BF16_PAIRS=False, SCALES_AHEAD=True)
 sig.update({c: "constexpr" for c in cons})
 print("w4a16_decode_form", ",".join(pre_wait_roots(build(kt._w4a16_stream_kernel, sig, cons, 8))))
+# the decode step's attention on NVIDIA: its first tile's keys and values of earlier steps before the wait (KV_AHEAD)
+from optimum_amdx.kernels import _paged_attention_triton as pa
+spec = next(s for s in pa.AMD_COMPILE_SPECS if s.kernel is pa._unified_attention_kernel and s.constexprs.get("ONE_TOKEN"))
+sig, cons = full_signature(spec)
+print("attention_decode_form", ",".join(pre_wait_roots(build(pa._unified_attention_kernel, sig,
+                                                             dict(cons, PDL=True, KV_AHEAD=True)))))
 """
 
 _PRE_WAIT_ALLOWED = {  # what no kernel of a step writes: the model's tensors and the inputs staged before the graph
     "_rms_norm_kernel": {"w_ptr", "perm_ptr"},
     "_rope_cache_kernel": {"pos_ptr", "slot_ptr", "cos_ptr", "sin_ptr"},
     "_unified_attention_kernel": {"qsl_ptr", "seq_lens_ptr", "block_tables_ptr", "first_pages_ptr", "out_cols_ptr"},
+    # the rotary + cache kernel before it writes each sequence's newest key and value: the loads of the cache before
+    # the wait are masked to earlier steps' keys (the interpreter checks that mask:
+    # test_paged_attention.py::test_a_decode_step_reads_this_steps_keys_only_after_its_wait)
+    "attention_decode_form": {"qsl_ptr", "seq_lens_ptr", "block_tables_ptr", "first_pages_ptr", "out_cols_ptr",
+                              "k_cache_ptr", "v_cache_ptr"},
     "_w4a16_stream_kernel": {"qw_ptr", "s_ptr", "z_ptr", "perm_ptr"},
     "w4a16_decode_form": {"qw_ptr", "s_ptr", "z_ptr", "perm_ptr"},
     "_w4a16_pipelined_kernel": {"qw_ptr", "s_ptr", "z_ptr"},
@@ -190,7 +201,7 @@ def test_what_a_pdl_kernel_reads_before_its_wait_is_never_written_by_a_kernel_of
     there must read only the model's tensors or the step's inputs (staged before the graph replays). Each PDL kernel
     (one AMD spec each, and the decode step's W4A16 form) is built for sm_90 and the address of every load before its
     last wait traced back to the pointer parameters it reads through (TTIR). The norm, rope, attention and W4A16 forms
-    must show what they load early (round 30), so the trace is not vacuous."""
+    must show what they load early (rounds 30-31), so the trace is not vacuous."""
     from .sm90_build import sm90_build_stdout
 
     rows = dict(line.split() for line in sm90_build_stdout(_PRE_WAIT_BUILD, timeout=600).splitlines() if line.strip())
@@ -202,6 +213,7 @@ def test_what_a_pdl_kernel_reads_before_its_wait_is_never_written_by_a_kernel_of
     assert {"pos_ptr", "cos_ptr", "sin_ptr", "slot_ptr"} <= got["_rope_cache_kernel"]
     assert {"qsl_ptr", "seq_lens_ptr"} <= got["_unified_attention_kernel"]
     assert {"qw_ptr", "s_ptr", "z_ptr"} <= got["w4a16_decode_form"]
+    assert {"block_tables_ptr", "k_cache_ptr", "v_cache_ptr"} <= got["attention_decode_form"]
 
 
 @pytest.mark.parametrize("arch,expected", [("sm_90", True), ("sm_100", True), ("sm_80", False), ("gfx942", False),

@@ -56,6 +56,7 @@ def make_batch(
 def check(batch: dict, dtype: torch.dtype, **kwargs) -> torch.Tensor:
     out = unified_attention(**batch, **kwargs)
     kwargs.pop("num_splits", None)
+    kwargs.pop("fused_reduce", None)
     kwargs.pop("first_pages", None)  # a promise about the table the kernel may use; the reference reads the table
     ref = unified_attention_reference(**batch, **kwargs)
     atol, rtol = TOL[dtype]
@@ -336,6 +337,25 @@ def test_fused_split_reduce_matches_the_reduce_kernel_and_leaves_counters_at_zer
         assert int(counters.abs().sum()) == 0
 
 
+@pytest.mark.parametrize("num_heads,num_kv_heads,num_splits", [(6, 2, 3), (4, 4, 16), (8, 1, 7)])
+def test_fused_reduce_of_a_decode_step_combines_every_query_head_of_a_kv_head(num_heads, num_kv_heads, num_splits):
+    """A decode step's fused reduce combines a KV head's query heads (3: padded to 4 rows; 1; 8) over every split in
+    one read (`_combine_one_token`), empty splits included (16 and 7 splits of at most 90 keys)."""
+    batch = make_batch(32, [90, 1, 33], [1, 1, 1], num_heads, num_kv_heads, 64, 16, torch.float16)
+    check(batch, torch.float16, num_splits=num_splits, fused_reduce=True)
+
+
+def test_keys_ahead_of_the_wait_only_for_grouped_query_decode_under_pdl():
+    """`kv_ahead`: a decode step under PDL with grouped queries reads its first tile of earlier keys before its wait;
+    a prompt step, a launch without PDL and one query head per KV head (slower, RESULTS.md round31) do not."""
+    from optimum_amdx.kernels._paged_attention_triton import kv_ahead
+
+    assert kv_ahead(True, True, 4)
+    assert not kv_ahead(True, True, 1)
+    assert not kv_ahead(False, True, 4)
+    assert not kv_ahead(True, False, 4)
+
+
 def test_decode_launch_options_only_for_few_programs_on_hopper():
     """One stage and a register cap for Hopper decode launches of at most 4 programs per SM; more
     programs, or another family, keep the config's own options."""
@@ -363,3 +383,45 @@ def test_rdna3_reads_the_block_table_for_256_wide_heads(monkeypatch, head_dim, r
     through_table = unified_attention(**batch)
     shifted = unified_attention(**batch, first_pages=first_pages + 1)
     assert torch.equal(shifted, through_table) != reads_runs
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the interpreter runs each program as Python, so its wait can be replaced")
+@pytest.mark.parametrize("ctx,num_splits,window", [([1], 1, None), ([16], 1, None), ([17], 1, None), ([45], 1, None),
+                                                   ([40, 150], 3, None), ([150, 33], 4, 40), ([90], 8, None)])
+def test_a_decode_step_reads_this_steps_keys_only_after_its_wait(monkeypatch, ctx, num_splits, window):
+    """A decode step under PDL (`KV_AHEAD`) reads its first tile's keys and values before its wait, but only those of
+    earlier steps: the newest key of each sequence is written by the rotary + cache kernel just before, and is
+    visible only after the wait. The interpreter runs the kernel with PDL, each program starting with NaN in those
+    slots (not written yet) and its wait writing them, so a read ahead of the wait shows in the result."""
+    import triton.runtime.interpreter as interp
+
+    from optimum_amdx.kernels import _paged_attention_triton as pat
+
+    batch = make_batch(11, ctx, [1] * len(ctx), 8, 2, 64, 16, torch.float16)
+    ref = unified_attention_reference(**batch, sliding_window=window)
+    slots = [(batch["block_tables"][s, (c - 1) // 16].item(), (c - 1) % 16) for s, c in enumerate(ctx)]
+    new_kv = [(batch["k_cache"][b, o].clone(), batch["v_cache"][b, o].clone()) for b, o in slots]
+    waits = []
+
+    def write(poison: bool) -> None:
+        for (b, o), (k, v) in zip(slots, new_kv):
+            batch["k_cache"][b, o] = float("nan") if poison else k
+            batch["v_cache"][b, o] = float("nan") if poison else v
+
+    def wait() -> None:  # the kernel before has ended: its writes are visible
+        waits.append(1)
+        write(poison=False)
+
+    real_start = interp.interpreter_builder.set_grid_idx
+
+    def start(*idx):  # each program starts before the kernel before has written the newest keys
+        write(poison=True)
+        real_start(*idx)
+
+    monkeypatch.setattr(pat, "pdl_for", lambda t, kernel, rows: kernel == "attention")
+    monkeypatch.setattr(pat, "pdl_begin", wait)
+    monkeypatch.setattr(interp.interpreter_builder, "set_grid_idx", start)
+    got = unified_attention(**batch, num_splits=num_splits, sliding_window=window)
+    monkeypatch.undo()
+    assert len(waits) == len(ctx) * 2 * num_splits  # every program waited
+    torch.testing.assert_close(got.float(), ref.float(), atol=TOL[torch.float16][0], rtol=TOL[torch.float16][1])
