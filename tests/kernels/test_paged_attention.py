@@ -339,8 +339,8 @@ def test_fused_split_reduce_matches_the_reduce_kernel_and_leaves_counters_at_zer
 
 @pytest.mark.parametrize("num_heads,num_kv_heads,num_splits", [(6, 2, 3), (4, 4, 16), (8, 1, 7)])
 def test_fused_reduce_of_a_decode_step_combines_every_query_head_of_a_kv_head(num_heads, num_kv_heads, num_splits):
-    """A decode step's fused reduce combines a KV head's query heads (3: padded to 4 rows; 1; 8) over every split in
-    one read (`_combine_one_token`), empty splits included (16 and 7 splits of at most 90 keys)."""
+    """A decode step's fused reduce (the last split to finish combines them) against the reference with 3, 1 and 8
+    query heads a KV head, empty splits included (16 and 7 splits of at most 90 keys)."""
     batch = make_batch(32, [90, 1, 33], [1, 1, 1], num_heads, num_kv_heads, 64, 16, torch.float16)
     check(batch, torch.float16, num_splits=num_splits, fused_reduce=True)
 
