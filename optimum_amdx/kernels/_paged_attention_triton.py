@@ -143,11 +143,14 @@ split, up to `DECODE_PROGRAMS_PER_CU` programs per compute unit, measured 0.47 -
 batch 1 and 512 tokens of context on an H200 (128-key tiles then), and 64-key tiles took another 10 ->
 8 us per layer on an H100 (benchmarks/RESULTS.md)."""
 DECODE_PROGRAMS_PER_CU = 4
-DECODE_SPLITS: dict[str, tuple[int, int]] = {"hopper": (32, 4)}
-"""Per family: (keys per split, programs per compute unit the splits may fill). Hopper: H200 sweep at a
-513-token context (RESULTS.md round11): 16 splits for one Llama-3-8B sequence took 6.7 us per layer
-against 8.1 with 8, with the one-stage form of `decode_launch_options`; letting the splits fill 8
-programs per SM made the decode step 1.5-2.6 % slower at 4 and 16 sequences."""
+DECODE_SPLITS: dict[str, tuple[int, int]] = {}
+"""Per family: (keys per split, programs per compute unit the splits may fill), where it differs from the
+defaults. Hopper had 32 keys per split (round 11: 16 splits for one Llama-3-8B sequence took 6.7 us per layer
+against 8.1 with 8), but a split holds whole 64-key decode tiles, so at 513 keys 17 splits left 8 of them empty.
+One tile per split (9 splits) made the H200's batch-1 decode step 0.3-0.65 % faster than 16-17 on both Llama
+shapes, GPTQ and fp16 (RESULTS.md round31); Llama-2-7B's 32 KV heads at 17 splits even spill into a second wave
+(544 programs, 4.5 % slower). Letting the splits fill 8 programs per SM made the step 1.5-2.6 % slower at 4 and
+16 sequences (round 11)."""
 
 
 def split_rule(family: str) -> tuple[int, int]:

@@ -305,9 +305,10 @@ def test_split_k_heuristic_only_splits_an_underfilled_gpu():
     assert choose_num_splits("hopper", 4, 8, 16384, 1, 132) == 16
     # 32 x 8 = 256 programs already cover the GPU: no split (the H200 sweep measured splitting as slower).
     assert choose_num_splits("hopper", 32, 8, 4096, 1, 132) == 1
-    # Short contexts: one split per 32 keys on Hopper, per 64 elsewhere (the engine's decode rule of
-    # earlier rounds); at most 64 splits; prefill batches and the interpreter never split.
-    assert choose_num_splits("hopper", 1, 8, 513, 1, 132) == 17
+    # Short contexts: one split per 64-key decode tile (at 513 keys 9, none empty; Hopper took 32 keys and 17
+    # splits before round 31); at most 64 splits; prefill batches and the interpreter never split.
+    assert choose_num_splits("hopper", 1, 8, 513, 1, 132) == 9
+    assert choose_num_splits("hopper", 1, 32, 576, 1, 132) == 9
     assert choose_num_splits("hopper", 16, 8, 513, 1, 132) == 4
     assert choose_num_splits("cdna3", 1, 8, 1024, 1, 304) == 16
     assert choose_num_splits("cdna3", 1, 2, 576, 1, 132) == 9
