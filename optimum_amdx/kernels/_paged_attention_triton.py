@@ -289,12 +289,14 @@ def _tanh(x):
 
 
 @triton.jit
-def _tile_pages(table, offs_n, kv_end, first_page, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr, RUNS: tl.constexpr):
-    """The cache blocks of keys `offs_n` (int64): from the block table, or computed in the run form (`_paged_tile`)."""
+def _tile_pages(table, offs_n, n_valid, first_page, PAGE_SIZE: tl.constexpr, MASKED: tl.constexpr,
+                RUNS: tl.constexpr):
+    """The cache blocks of keys `offs_n` (int64): from the block table (MASKED: only keys `n_valid`), or computed in the
+    run form (`_paged_tile`)."""
     if RUNS:
         page = (first_page + offs_n // PAGE_SIZE).to(tl.int64)
     elif MASKED:
-        page = tl.load(table + offs_n // PAGE_SIZE, mask=offs_n < kv_end, other=0).to(tl.int64)
+        page = tl.load(table + offs_n // PAGE_SIZE, mask=n_valid, other=0).to(tl.int64)
     else:
         page = tl.load(table + offs_n // PAGE_SIZE).to(tl.int64)
     return page
@@ -311,10 +313,7 @@ def _tile_kv(k_head, v_head, page, offs_n, n_valid, k_other, v_other, stride_kb,
     in_page = offs_n % PAGE_SIZE
     k_ptrs = k_head + (page * stride_kb + in_page * stride_ks)[None, :] + offs_d[:, None]
     v_ptrs = v_head + (page * stride_vb + in_page * stride_vs)[:, None] + offs_d[None, :]
-    if MASKED and HEAD_DIM == HEAD_DIM_PAD:
-        k = tl.load(k_ptrs, mask=n_valid[None, :], other=k_other)
-        v = tl.load(v_ptrs, mask=n_valid[:, None], other=v_other)
-    elif MASKED:
+    if MASKED:
         k = tl.load(k_ptrs, mask=n_valid[None, :] & d_mask[:, None], other=k_other)
         v = tl.load(v_ptrs, mask=n_valid[:, None] & d_mask[None, :], other=v_other)
     elif HEAD_DIM == HEAD_DIM_PAD:
@@ -362,9 +361,10 @@ def _paged_tile(
     units (softcap_log2 = cap * log2(e)).
     """
     offs_n = tile_start + tl.arange(0, BLOCK_N)
-    page = _tile_pages(table, offs_n, kv_end, first_page, PAGE_SIZE, MASKED, RUNS)
-    k, v = _tile_kv(k_head, v_head, page, offs_n, offs_n < kv_end, 0.0, 0.0, stride_kb, stride_ks, stride_vb,
-                    stride_vs, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, MASKED)
+    n_valid = offs_n < kv_end
+    page = _tile_pages(table, offs_n, n_valid, first_page, PAGE_SIZE, MASKED, RUNS)
+    k, v = _tile_kv(k_head, v_head, page, offs_n, n_valid, 0.0, 0.0, stride_kb, stride_ks, stride_vb, stride_vs,
+                    PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, MASKED)
     return _tile_softmax(acc, l_i, m_i, q, k, v, offs_n, q_pos, sliding_window, qk_scale, softcap_log2, MASKED,
                          USE_WINDOW, USE_SOFTCAP)
 
@@ -497,7 +497,7 @@ def _unified_attention_kernel(
         # written by earlier steps): no kernel of this step writes them, so they are read before the wait. This
         # step's keys (written by the rotary + cache kernel before this one) are read after it.
         offs_a = kv_start + tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
-        page_a = _tile_pages(table, offs_a, kv_end, first_page, PAGE_SIZE, True, RUNS)
+        page_a = _tile_pages(table, offs_a, offs_a < kv_end, first_page, PAGE_SIZE, True, RUNS)
         old_a = offs_a < context_before
         k_a, v_a = _tile_kv(k_head, v_head, page_a, offs_a, old_a, 0.0, 0.0, stride_kb, stride_ks, stride_vb,
                             stride_vs, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True)

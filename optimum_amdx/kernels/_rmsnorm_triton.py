@@ -22,14 +22,13 @@ __all__ = ["rms_norm_triton", "AMD_COMPILE_SPECS"]
 
 
 @triton.jit
-def _rms_norm_paired(x_ptr, res_ptr, w0, w1, y_ptr, h_ptr, n_cols, eps, HAS_RESIDUAL: tl.constexpr,
+def _rms_norm_paired(x_ptr, res_ptr, c0, w0, w1, y_ptr, h_ptr, n_cols, eps, HAS_RESIDUAL: tl.constexpr,
                      BLOCK: tl.constexpr, ACCUM: tl.constexpr):
     """One row (pointers at its start) with the normalized output in the W4A16 pair order and no permutation:
-    the row is read as the two halves of each 128-value block (`pair_halves`) and the results interleaved in
-    registers (`pair_join`), with the rounding of the kernel's plain path. `w0` / `w1`: the weight at those
-    halves, loaded by the caller (before its PDL wait)."""
+    the row is read as the two halves of each 128-value block (`pair_halves`: `c0`, and c0 + 64) and the results
+    interleaved in registers (`pair_join`), with the rounding of the kernel's plain path. `w0` / `w1`: the weight at
+    those halves, loaded by the caller (before its PDL wait)."""
     NB: tl.constexpr = BLOCK // 128
-    c0 = pair_halves(0, NB)
     c1 = c0 + 64
     m0 = c0 < n_cols
     m1 = c1 < n_cols
@@ -83,7 +82,7 @@ def _rms_norm_kernel(
         w1 = tl.load(w_ptr + c0 + 64, mask=c0 + 64 < n_cols, other=0.0)
         if PDL:
             pdl_begin()
-        _rms_norm_paired(x_ptr + row * x_stride, res_ptr + row * res_stride, w0, w1, y_ptr + row * y_stride,
+        _rms_norm_paired(x_ptr + row * x_stride, res_ptr + row * res_stride, c0, w0, w1, y_ptr + row * y_stride,
                          h_ptr + row * h_stride, n_cols, eps, HAS_RESIDUAL, BLOCK, ACCUM)
         return
     cols = tl.arange(0, BLOCK)

@@ -764,9 +764,9 @@ def _w4a16_stream_kernel(
             cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
         else:
             # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
-            nxt = tl.load(qw_ptr + tl.minimum(u + 1, u1 - 1) * TILE_WORDS + tile_offs)
+            un = tl.minimum(u + 1, u1 - 1)
+            nxt = tl.load(qw_ptr + un * TILE_WORDS + tile_offs)
             if SCALES_AHEAD:
-                un = tl.minimum(u + 1, u1 - 1)
                 nbn = un // KT
                 nz0, nz1, nz2, nz3, ns0, ns1, ns2, ns3 = _tile_scales(s_ptr, z_ptr, nbn, un - nbn * KT, offs_loc, K, N,
                                                                       BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
