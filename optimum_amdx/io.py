@@ -12,7 +12,8 @@ Every writer (quantize, export, ORT save_pretrained, benchmark) goes through `at
   (signals held off during the renames). On any exception, Ctrl-C, or SIGTERM/SIGHUP (turned into an
   exception while the folder is open, on the main thread) the temporary folder is removed.
 - **Clean up after a hard kill**: temporary folders of a process that no longer exists on this host
-  (SIGKILL, power loss) are removed by the next write to the same output.
+  (SIGKILL, power loss) are removed by the next write to the same output; so are the temporary files of
+  `write_text_atomic` (results files), which are named the same way.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def _pid_alive(pid: int) -> bool:
 def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
     """Remove `.NAME.tmp-*` / `.NAME.old-*` siblings of `out` left by processes that died on this host.
 
-    Only folders named by our writer with this host's tag and the pid of a process that no longer
+    Only folders and files named by our writers with this host's tag and the pid of a process that no longer
     exists are removed; others (another host on a shared disk, a live process) are left alone.
     """
     out = Path(out)
@@ -179,16 +180,27 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
         match = pattern.match(entry.name)
         if match is None or match.group(2) != host or int(match.group(1)) == os.getpid():
             continue
-        if entry.is_dir() and not entry.is_symlink() and not _pid_alive(int(match.group(1))):
+        if entry.is_symlink() or _pid_alive(int(match.group(1))):
+            continue
+        if entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
+        elif entry.is_file():
+            entry.unlink(missing_ok=True)
+        else:
+            continue
+        removed.append(entry)
     return removed
+
+
+def _sibling_name(out: Path, kind: str) -> Path:
+    """`.NAME.<kind>-<pid>.<host>.<random>` beside `out`: the name `remove_stale_temporaries` recognizes."""
+    return out.with_name(f".{out.name}.{kind}-{os.getpid()}.{_host_tag()}.{secrets.token_hex(4)}")
 
 
 def _make_sibling(out: Path, kind: str) -> Path:
     """A new sibling folder `.NAME.<kind>-<pid>.<host>.<random>` (mode from the user's umask)."""
     for _ in range(100):
-        candidate = out.with_name(f".{out.name}.{kind}-{os.getpid()}.{_host_tag()}.{secrets.token_hex(4)}")
+        candidate = _sibling_name(out, kind)
         try:
             candidate.mkdir(mode=0o777)
             return candidate
@@ -334,10 +346,19 @@ def check_output_file(path: str | os.PathLike, flag: str = "--output", example: 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` through a temporary sibling renamed over it (mode from the user's umask): a reader, or
-    a run cut off mid-write, sees the previous file or the new one, never half of one, and a failed write leaves no
-    temporary file."""
+    a run cut off mid-write, sees the previous file or the new one, never half of one. A failed write leaves no
+    temporary file; one left by a hard kill (`.NAME.tmp-<pid>.<host>.<random>`) is removed by the next write."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent if str(target.parent) else ".")
+    remove_stale_temporaries(target)
+    for _ in range(100):
+        tmp = _sibling_name(target, "tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise OutputExistsError(f"Could not create a temporary file beside {target}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

@@ -289,6 +289,30 @@ def test_write_json_replaces_only_our_results_whole_and_a_failed_write_keeps_the
         write_json(tmp_path / "missing" / "r.json", {"rows": []})
 
 
+def test_a_result_files_sigkill_leftover_is_removed_by_the_next_write(tmp_path):
+    """`write_text_atomic` names its temporary file like the folders' (`.NAME.tmp-<pid>.<host>.<random>`), so a
+    results file cut off by SIGKILL mid-write leaves a file the next write of that path removes; a live writer's
+    temporary file, and another path's, are kept."""
+    import subprocess
+    import sys
+
+    from optimum_amdx.io import _host_tag
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=60)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        names = [f".r.json.tmp-{dead.pid}.{_host_tag()}.00c0ffee", f".r.json.tmp-{live.pid}.{_host_tag()}.00c0ffee",
+                 f".other.json.tmp-{dead.pid}.{_host_tag()}.00c0ffee"]
+        for name in names:
+            (tmp_path / name).write_text('{"rows": [')
+        write_json(tmp_path / "r.json", {"rows": [1]})
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["r.json", *names[1:]])
+    finally:
+        live.kill()
+        live.wait(timeout=60)
+
+
 def test_a_script_refused_its_output_path_exits_with_one_line_and_writes_nothing(tmp_path):
     """`result_path_or_exit` (the benchmark scripts' --out, checked before measuring): a user's file or a folder ends
     the script with its one-line message, not a traceback; a new path or one of our results passes."""
