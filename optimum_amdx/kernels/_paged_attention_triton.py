@@ -370,41 +370,6 @@ def _paged_tile(
 
 
 @triton.jit
-def _tiles_ahead(acc, l_i, m_i, q, table, k_head, v_head, kv_start, lo, hi, q_pos, kv_end, sliding_window, qk_scale,
-                 softcap_log2, stride_kb, stride_ks, stride_vb, stride_vs, BLOCK_N: tl.constexpr,
-                 PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-                 USE_WINDOW: tl.constexpr, USE_SOFTCAP: tl.constexpr, first_page, RUNS: tl.constexpr):
-    """Tiles `lo` to `hi` (`KV_NEXT`), each tile's math done with the next tile's keys and values already loaded
-    into registers and the blocks of the tile after that looked up, so a program always has a tile on its way;
-    `_paged_tile` instead loads a tile, then computes on it. Every tile is masked (`_paged_tile`'s MASKED), which
-    also makes the loads past `hi` no-ops. Registers hold two tiles: 64 keys x 128 dims spill under Hopper's
-    128-register decode cap, 32-key tiles do not under 144 (sm_90 builds, RESULTS.md round32)."""
-    offs = kv_start + lo * BLOCK_N + tl.arange(0, BLOCK_N)
-    valid = (offs < kv_end) & (lo < hi)
-    page = _tile_pages(table, offs, valid, first_page, PAGE_SIZE, True, RUNS)
-    k, v = _tile_kv(k_head, v_head, page, offs, valid, 0.0, 0.0, stride_kb, stride_ks, stride_vb, stride_vs,
-                    PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True)
-    offs_next = offs + BLOCK_N
-    valid_next = (offs_next < kv_end) & (lo + 1 < hi)
-    page_next = _tile_pages(table, offs_next, valid_next, first_page, PAGE_SIZE, True, RUNS)
-    for tile in range(lo, hi):
-        k_next, v_next = _tile_kv(k_head, v_head, page_next, offs_next, valid_next, 0.0, 0.0, stride_kb, stride_ks,
-                                  stride_vb, stride_vs, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, True)
-        offs_after = offs_next + BLOCK_N
-        valid_after = (offs_after < kv_end) & (tile + 2 < hi)
-        page_after = _tile_pages(table, offs_after, valid_after, first_page, PAGE_SIZE, True, RUNS)
-        acc, l_i, m_i = _tile_softmax(acc, l_i, m_i, q, k, v, offs, q_pos, sliding_window, qk_scale, softcap_log2,
-                                      True, USE_WINDOW, USE_SOFTCAP)
-        k = k_next
-        v = v_next
-        offs = offs_next
-        offs_next = offs_after
-        valid_next = valid_after
-        page_next = page_after
-    return acc, l_i, m_i
-
-
-@triton.jit
 def _out_col(cols_ptr, head, d, stride_oh, mask, HEAD_DIM: tl.constexpr, OUT_COLS: tl.constexpr):
     """Offset within a token's row of the result of `head`, dim `d` (broadcast alike): ``head * stride_oh + d``, or
     with OUT_COLS ``cols[head * HEAD_DIM + d]`` (``out_cols`` of `paged_attention.unified_attention`)."""
@@ -462,15 +427,12 @@ def _unified_attention_kernel(
     RUNS: tl.constexpr = False,
     OUT_COLS: tl.constexpr = False,
     KV_AHEAD: tl.constexpr = False,
-    KV_NEXT: tl.constexpr = False,
 ):
     # PDL (programmatic dependent launch, `runtime.pdl_enabled`): let the next kernel launch, then wait for the last,
     # just before the first load of what the kernel before wrote (q). The sequence boundaries and lengths are the
     # step's inputs, written before the graph runs: their dependent trips come before the wait.
     # KV_AHEAD (`kv_ahead`: a decode step under PDL): the first tile's blocks and its keys and values from earlier
     # steps come before the wait too, so after it only q and this step's keys are a trip away.
-    # KV_NEXT (a `config` key, off in every shipped config; not yet timed): `_tiles_ahead` walks the tiles with the
-    # next one's keys and values loaded before this one's math.
     # HEADS_FIRST (prompt and mixed steps): grid axis 0 is the KV head, so programs are dispatched query
     # block by query block across all heads; with axis 0 the query block, each head's programs for empty
     # sequence slots (a captured graph has room for every slot) came before the next head's real ones
@@ -563,14 +525,7 @@ def _unified_attention_kernel(
 
     # Tiles wholly at or before the block's first query position are visible to every row: no masks.
     full_end = loop_lo
-    if KV_NEXT:  # every tile through `_tiles_ahead` (masked), none left for the loops below
-        acc, l_i, m_i = _tiles_ahead(acc, l_i, m_i, q, table, k_head, v_head, kv_start, loop_lo, tile_hi, q_pos,
-                                     kv_end, sliding_window, qk_scale, softcap_log2, stride_kb, stride_ks, stride_vb,
-                                     stride_vs, BLOCK_N, PAGE_SIZE, HEAD_DIM, HEAD_DIM_PAD, USE_WINDOW, USE_SOFTCAP,
-                                     first_page, RUNS)
-        loop_lo = tile_hi
-        full_end = tile_hi
-    elif not USE_WINDOW:
+    if not USE_WINDOW:
         first_pos = context_before + q_block_local * BLOCK_Q
         full_end = tl.minimum(tl.maximum((first_pos + 1) // BLOCK_N, loop_lo), tl.maximum(tile_hi, loop_lo))
     for tile in range(loop_lo, full_end):
@@ -740,8 +695,7 @@ def unified_attention_triton(
     first_pages: torch.Tensor | None = None,
     out_cols: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one; besides
-    tile sizes and launch options it may hold ``KV_NEXT`` (`_tiles_ahead`).
+    """Launch unified attention (and the split-K reduce when splitting). `config` overrides the tuned one.
 
     first_pages, out_cols: see `paged_attention.unified_attention`.
 
@@ -806,7 +760,7 @@ def unified_attention_triton(
         NUM_SPLITS=num_splits, USE_SOFTCAP=bool(softcap), FUSED_REDUCE=counters is not None,
         SPLITS_PAD=next_pow2(num_splits), PDL=pdl, ONE_TOKEN=one_token, SEQS_PAD=seqs_pad, HEADS_FIRST=not one_token,
         RUNS=first_pages is not None, OUT_COLS=out_cols is not None, KV_AHEAD=kv_ahead(pdl, one_token, num_qpk),
-        KV_NEXT=bool(consts.get("KV_NEXT", False)), launch_pdl=pdl, **launch,
+        launch_pdl=pdl, **launch,
         **PINNED_COMPILE_OPTIONS,
     )
     if num_splits > 1 and counters is None:

@@ -171,42 +171,6 @@ def test_first_pages_computes_the_blocks_of_runs(ctx, q_lens, starts, window, nu
     assert not torch.equal(shifted, through_table)
 
 
-@pytest.mark.parametrize("ctx,q_lens,heads,num_splits,extra", [
-    ([1, 33, 64, 90, 17], [1, 1, 1, 1, 1], (8, 2), 1, {}),  # decode, up to 6 tiles a program
-    ([1, 33, 64, 90, 17], [1, 1, 1, 1, 1], (8, 2), 3, {}),  # split: 1-2 tiles a split, some splits empty
-    ([70, 5], [1, 1], (4, 4), 8, {}),  # one query head a KV head, more splits than tiles
-    ([150, 40, 70], [30, 40, 5], (8, 2), 1, {}),  # prompt chunks after earlier context (causal masks)
-    ([90, 20, 50], [1, 20, 9], (4, 2), 3, {"sliding_window": 24, "softcap": 30.0}),
-    ([1, 33, 64, 90, 17], [1, 1, 1, 1, 1], (8, 2), 2, {"starts": [5, 0, 9, 1, 2]}),  # runs: computed block ids
-])
-def test_next_tile_loaded_ahead_gives_the_same_attention(ctx, q_lens, heads, num_splits, extra):
-    """`KV_NEXT` (a config key: each tile's math with the next tile already loaded, `_tiles_ahead`) against the
-    reference and against the same config without it: tiles of 16 keys, so programs walk several, and splits
-    holding one tile, several or none."""
-    from optimum_amdx.kernels._paged_attention_triton import unified_attention_triton, unified_config
-    from optimum_amdx.kernels.runtime import tensor_family
-
-    extra = dict(extra)
-    starts = extra.pop("starts", None)
-    batch = make_batch(12, ctx, q_lens, *heads, 64, 16, torch.float16, spare_blocks=8)
-    if starts is not None:
-        batch = with_runs(batch, starts)
-    first_pages = batch.pop("first_pages", None)
-    family = tensor_family(batch["q"])
-    base = {**unified_config(family, 64, heads[0] // heads[1], batch["max_query_len"]), "BLOCK_N": 16}
-
-    def run(config):
-        return unified_attention_triton(
-            batch["q"], batch["k_cache"], batch["v_cache"], batch["block_tables"], batch["seq_lens"],
-            batch["query_start_loc"], batch["max_query_len"], batch["max_seq_len"], None, extra.get("sliding_window"),
-            None, num_splits, family, config, softcap=extra.get("softcap"), first_pages=first_pages)
-
-    ahead = run({**base, "KV_NEXT": True})
-    ref = unified_attention_reference(**batch, **extra)
-    torch.testing.assert_close(ahead.float(), ref.float(), atol=TOL[torch.float16][0], rtol=TOL[torch.float16][1])
-    torch.testing.assert_close(ahead.float(), run(base).float(), atol=1e-3, rtol=1e-3)
-
-
 def test_first_pages_must_hold_one_int32_per_sequence():
     batch = make_batch(9, [40, 20], [1, 1], 4, 2, 64, 16, torch.float16)
     for bad in (torch.zeros(2, dtype=torch.int64), torch.zeros(3, dtype=torch.int32)):
