@@ -14,10 +14,17 @@
 #   bash benchmarks/gpu_pending.sh attn      # decode attention: the shipped config and split rule against the grid, 1-64 sequences
 #   bash benchmarks/gpu_pending.sh prefill   # 512-2048-row projections: fp16, dequant + BLAS and the fused GEMMs (pipelined configs), both shapes
 #   bash benchmarks/gpu_pending.sh attncfg   # decode attention: the shipped config against register caps and one stage, at 1-16 splits
+#   bash benchmarks/gpu_pending.sh peers     # issue 13's kernel table at 1-64 rows with the peers, then 128-512 rows without them
+#
+# peers: GemLite comes from $GEMLITE_PATH, a folder holding its `gemlite` package (the device has no network), put on
+# this step's PYTHONPATH only so its pins never reach our environment. Prepare it on a machine with the registry:
+#   pip download --no-deps --no-binary :all: gemlite==0.6.0.post2 && tar xzf gemlite-0.6.0.post2.tar.gz
+#   mkdir -p .tmpdev/gl && cp -r gemlite-0.6.0.post2/gemlite .tmpdev/gl/   # then carry .tmpdev, GEMLITE_PATH=.tmpdev/gl
+# Without it the table still runs, with torch's int4mm as the only peer.
 set -uo pipefail
 case "${1:-}" in
-  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg) ;;
-  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg" >&2; exit 2 ;;
+  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg|peers) ;;
+  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg|peers" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -80,6 +87,13 @@ case "${1:-}" in
       --shapes llama-3-8b:16,llama-3-8b:64,llama-2-7b:16,llama-2-7b:64,llama-3-8b:1,llama-3-8b:4 \
       --configs "maxnreg=128;maxnreg=128:num_stages=1;maxnreg=96;BLOCK_N=32:maxnreg=128;num_stages=3:maxnreg=128" \
       --splits 1,2,3,4,6,8,16 --out "$out/attention-configs.json" ;;
+  peers)
+    gemlite=${GEMLITE_PATH:+$(cd "$GEMLITE_PATH" && pwd)}
+    [ -n "$gemlite" ] || echo "GEMLITE_PATH not set: GemLite is left out of the peers table" | tee -a "$out/peers.log"
+    step 330 peers.log env PYTHONPATH="${gemlite:+$gemlite:}$PYTHONPATH" python3 benchmarks/bench_w4a16.py --skip-m1 \
+      --batch-ms 1,2,4,16,32,64 --out "$out/w4a16-peers.json"
+    step 200 rows128-512.log python3 benchmarks/bench_w4a16.py --skip-m1 --no-peers --batch-ms 128,255,256,512 \
+      --out "$out/w4a16-rows128-512.json" ;;
 esac
 echo "gpu_pending.sh ${1}: $([ $status -eq 0 ] && echo all steps passed || echo some steps failed), files in $out"
 exit $status
