@@ -88,8 +88,14 @@ case "${1:-}" in
       --configs "maxnreg=128;maxnreg=128:num_stages=1;maxnreg=96;BLOCK_N=32:maxnreg=128;num_stages=3:maxnreg=128" \
       --splits 1,2,3,4,6,8,16 --out "$out/attention-configs.json" ;;
   peers)
-    gemlite=${GEMLITE_PATH:+$(cd "$GEMLITE_PATH" && pwd)}
-    [ -n "$gemlite" ] || echo "GEMLITE_PATH not set: GemLite is left out of the peers table" | tee -a "$out/peers.log"
+    gemlite=""
+    if [ -z "${GEMLITE_PATH:-}" ]; then
+      echo "GEMLITE_PATH not set: GemLite is left out of the peers table" | tee -a "$out/peers.log"
+    elif [ -d "$GEMLITE_PATH/gemlite" ]; then
+      gemlite=$(cd "$GEMLITE_PATH" && pwd)
+    else
+      echo "GEMLITE_PATH=$GEMLITE_PATH holds no gemlite/ package folder: GemLite is left out" | tee -a "$out/peers.log"
+    fi
     step 330 peers.log env PYTHONPATH="${gemlite:+$gemlite:}$PYTHONPATH" python3 benchmarks/bench_w4a16.py --skip-m1 \
       --batch-ms 1,2,4,16,32,64 --out "$out/w4a16-peers.json"
     step 200 rows128-512.log python3 benchmarks/bench_w4a16.py --skip-m1 --no-peers --batch-ms 128,255,256,512 \

@@ -169,8 +169,9 @@ def _pid_alive(pid: int) -> bool:
 def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
     """Remove `.NAME.tmp-*` / `.NAME.old-*` siblings of `out` left by processes that died on this host.
 
-    Only folders and files named by our writers with this host's tag and the pid of a process that no longer
-    exists are removed; others (another host on a shared disk, a live process) are left alone.
+    Only entries named by our writers with this host's tag and the pid of a process that no longer exists are
+    removed: folders of either kind, and `.tmp-` files (`write_text_atomic` makes no other kind of file). Others
+    (another host on a shared disk, a live process, a symlink, a `.old-` file) are left alone.
     """
     out = Path(out)
     pattern, host, removed = _temp_pattern(out.name), _host_tag(), []
@@ -184,7 +185,7 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
             continue
         if entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
-        elif entry.is_file():
+        elif entry.is_file() and entry.name.startswith(f".{out.name}.tmp-"):
             entry.unlink(missing_ok=True)
         else:
             continue
@@ -192,21 +193,20 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def _sibling_name(out: Path, kind: str) -> Path:
-    """`.NAME.<kind>-<pid>.<host>.<random>` beside `out`: the name `remove_stale_temporaries` recognizes."""
-    return out.with_name(f".{out.name}.{kind}-{os.getpid()}.{_host_tag()}.{secrets.token_hex(4)}")
-
-
-def _make_sibling(out: Path, kind: str) -> Path:
-    """A new sibling folder `.NAME.<kind>-<pid>.<host>.<random>` (mode from the user's umask)."""
+def _make_sibling(out: Path, kind: str, folder: bool = True) -> Path:
+    """A new sibling `.NAME.<kind>-<pid>.<host>.<random>` (the name `remove_stale_temporaries` recognizes): a folder
+    (mode from the user's umask), or an empty private file."""
     for _ in range(100):
-        candidate = _sibling_name(out, kind)
+        candidate = out.with_name(f".{out.name}.{kind}-{os.getpid()}.{_host_tag()}.{secrets.token_hex(4)}")
         try:
-            candidate.mkdir(mode=0o777)
+            if folder:
+                candidate.mkdir(mode=0o777)
+            else:
+                os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             return candidate
         except FileExistsError:
             continue
-    raise OutputExistsError(f"Could not create a temporary folder beside {out}.")
+    raise OutputExistsError(f"Could not create a temporary {'folder' if folder else 'file'} beside {out}.")
 
 
 def _write_manifest(folder: Path, kind: str | None) -> None:
@@ -350,17 +350,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     temporary file; one left by a hard kill (`.NAME.tmp-<pid>.<host>.<random>`) is removed by the next write."""
     target = Path(path)
     remove_stale_temporaries(target)
-    for _ in range(100):
-        tmp = _sibling_name(target, "tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise OutputExistsError(f"Could not create a temporary file beside {target}.")
+    tmp = _make_sibling(target, "tmp", folder=False)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
         mask = os.umask(0)
         os.umask(mask)

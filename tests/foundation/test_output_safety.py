@@ -292,10 +292,7 @@ def test_write_json_replaces_only_our_results_whole_and_a_failed_write_keeps_the
 def test_a_result_files_sigkill_leftover_is_removed_by_the_next_write(tmp_path):
     """`write_text_atomic` names its temporary file like the folders' (`.NAME.tmp-<pid>.<host>.<random>`), so a
     results file cut off by SIGKILL mid-write leaves a file the next write of that path removes; a live writer's
-    temporary file, and another path's, are kept."""
-    import subprocess
-    import sys
-
+    temporary file, another path's, and a file that only looks like a moved-aside folder (`.old-`), are kept."""
     from optimum_amdx.io import _host_tag
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -303,7 +300,7 @@ def test_a_result_files_sigkill_leftover_is_removed_by_the_next_write(tmp_path):
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         names = [f".r.json.tmp-{dead.pid}.{_host_tag()}.00c0ffee", f".r.json.tmp-{live.pid}.{_host_tag()}.00c0ffee",
-                 f".other.json.tmp-{dead.pid}.{_host_tag()}.00c0ffee"]
+                 f".other.json.tmp-{dead.pid}.{_host_tag()}.00c0ffee", f".r.json.old-{dead.pid}.{_host_tag()}.00c0ffee"]
         for name in names:
             (tmp_path / name).write_text('{"rows": [')
         write_json(tmp_path / "r.json", {"rows": [1]})
