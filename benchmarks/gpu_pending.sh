@@ -15,6 +15,7 @@
 #   bash benchmarks/gpu_pending.sh prefill   # 512-2048-row projections: fp16, dequant + BLAS and the fused GEMMs (pipelined configs), both shapes
 #   bash benchmarks/gpu_pending.sh attncfg   # decode attention: the shipped config against register caps and one stage, at 1-16 splits
 #   bash benchmarks/gpu_pending.sh peers     # issue 13's kernel table at 1-64 rows with the peers, then 128-512 rows without them
+#   bash benchmarks/gpu_pending.sh rows16    # Nsight Compute on Llama-2-7B's four 16-row W4A16 calls as its batch-16 decode step runs them
 #
 # peers: GemLite comes from $GEMLITE_PATH, a folder holding its `gemlite` package (the device has no network), put on
 # this step's PYTHONPATH only so its pins never reach our environment. Prepare it on a machine with the registry:
@@ -23,8 +24,8 @@
 # Without it the table still runs, with torch's int4mm as the only peer.
 set -uo pipefail
 case "${1:-}" in
-  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg|peers) ;;
-  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg|peers" >&2; exit 2 ;;
+  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg|peers|rows16) ;;
+  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg|peers|rows16" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -100,6 +101,12 @@ case "${1:-}" in
       --batch-ms 1,2,4,16,32,64 --out "$out/w4a16-peers.json"
     step 200 rows128-512.log python3 benchmarks/bench_w4a16.py --skip-m1 --no-peers --batch-ms 128,255,256,512 \
       --out "$out/w4a16-rows128-512.json" ;;
+  rows16)  # the accumulating form (no split-K flush), each call twice; ncu writes its report whole to ncu-rows16.txt
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    step 240 ncu-rows16.log "$ncu" --clock-control none -k regex:w4a16 --log-file "$out/ncu-rows16.txt" \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section SchedulerStats --section LaunchStats \
+      python3 benchmarks/profile_w4a16.py --accumulate 16x4096x12288 16x4096x4096 16x4096x22016 16x11008x4096 ;;
 esac
 echo "gpu_pending.sh ${1}: $([ $status -eq 0 ] && echo all steps passed || echo some steps failed), files in $out"
 exit $status
