@@ -30,9 +30,11 @@ import socket
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from .errors import InvalidArgumentError, OutputExistsError
+
+_T = TypeVar("_T")
 
 MANIFEST_NAME = ".optimum-amdx-output.json"
 """Written into every output folder we create: what wrote it and every file and folder it holds (relative paths)."""
@@ -193,20 +195,21 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def _make_sibling(out: Path, kind: str, folder: bool = True) -> Path:
-    """A new sibling `.NAME.<kind>-<pid>.<host>.<random>` (the name `remove_stale_temporaries` recognizes): a folder
-    (mode from the user's umask), or an empty private file."""
+def _claim_sibling(out: Path, kind: str, claim: Callable[[Path], _T]) -> tuple[Path, _T]:
+    """A new sibling name `.NAME.<kind>-<pid>.<host>.<random>` (the one `remove_stale_temporaries` recognizes), made
+    by `claim` (which raises `FileExistsError` when the name is taken), and what `claim` returned."""
     for _ in range(100):
         candidate = out.with_name(f".{out.name}.{kind}-{os.getpid()}.{_host_tag()}.{secrets.token_hex(4)}")
         try:
-            if folder:
-                candidate.mkdir(mode=0o777)
-            else:
-                os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            return candidate
+            return candidate, claim(candidate)
         except FileExistsError:
             continue
-    raise OutputExistsError(f"Could not create a temporary {'folder' if folder else 'file'} beside {out}.")
+    raise OutputExistsError(f"Could not create a temporary entry beside {out}.")
+
+
+def _make_sibling(out: Path, kind: str) -> Path:
+    """A new sibling folder `.NAME.<kind>-<pid>.<host>.<random>` (mode from the user's umask)."""
+    return _claim_sibling(out, kind, lambda p: p.mkdir(mode=0o777))[0]
 
 
 def _write_manifest(folder: Path, kind: str | None) -> None:
@@ -350,9 +353,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     temporary file; one left by a hard kill (`.NAME.tmp-<pid>.<host>.<random>`) is removed by the next write."""
     target = Path(path)
     remove_stale_temporaries(target)
-    tmp = _make_sibling(target, "tmp", folder=False)
+    tmp, fd = _claim_sibling(target, "tmp", lambda p: os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         mask = os.umask(0)
         os.umask(mask)
