@@ -310,6 +310,20 @@ def test_a_result_files_sigkill_leftover_is_removed_by_the_next_write(tmp_path):
         live.wait(timeout=60)
 
 
+def test_repeated_writes_of_one_result_sweep_its_folder_once(tmp_path, monkeypatch):
+    """A benchmark rewrites its result after every row: only the first write of a path in a process lists the folder
+    for leftovers; a write of another path sweeps once for that one."""
+    from optimum_amdx import io
+
+    calls = []
+    monkeypatch.setattr(io, "remove_stale_temporaries", lambda out: calls.append(Path(out).name) or [])
+    for rows in range(3):
+        write_json(tmp_path / "r.json", {"rows": list(range(rows))})
+    write_json(tmp_path / "s.json", {"rows": []})
+    assert calls == ["r.json", "s.json"]
+    assert json.loads((tmp_path / "r.json").read_text())["rows"] == [0, 1]
+
+
 def test_a_script_refused_its_output_path_exits_with_one_line_and_writes_nothing(tmp_path):
     """`result_path_or_exit` (the benchmark scripts' --out, checked before measuring): a user's file or a folder ends
     the script with its one-line message, not a traceback; a new path or one of our results passes."""
