@@ -309,7 +309,7 @@ def parse_configs(spec: str) -> list[tuple[str, dict[str, int]]]:
     return out
 
 
-PIPELINED_ONLY_KNOBS = frozenset({"SCALE_AFTER", "PDL", "PDL_TRIGGER", "L2_AHEAD"})
+PIPELINED_ONLY_KNOBS = frozenset({"SCALE_AFTER", "PDL", "PDL_TRIGGER", "L2_AHEAD", "UNROLL"})
 """Knobs that only the pipelined GEMM's configs take (the other routes' kernels have no such parameter)."""
 
 

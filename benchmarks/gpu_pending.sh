@@ -16,6 +16,7 @@
 #   bash benchmarks/gpu_pending.sh attncfg   # decode attention: the shipped config against register caps and one stage, at 1-16 splits
 #   bash benchmarks/gpu_pending.sh peers     # issue 13's kernel table at 1-64 rows with the peers, then 128-512 rows without them
 #   bash benchmarks/gpu_pending.sh rows16    # Nsight Compute on Llama-2-7B's four 16-row W4A16 calls as its batch-16 decode step runs them
+#   bash benchmarks/gpu_pending.sh unroll    # two K tiles a loop step (UNROLL_NOTE): GPU tests, the accumulating calls at 4-16 rows, the decode step at 4 and 16
 #
 # peers: GemLite comes from $GEMLITE_PATH, a folder holding its `gemlite` package (the device has no network), put on
 # this step's PYTHONPATH only so its pins never reach our environment. Prepare it on a machine with the registry:
@@ -24,8 +25,8 @@
 # Without it the table still runs, with torch's int4mm as the only peer.
 set -uo pipefail
 case "${1:-}" in
-  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg|peers|rows16) ;;
-  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg|peers|rows16" >&2; exit 2 ;;
+  verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg|peers|rows16|unroll) ;;
+  *) echo "usage: bash benchmarks/gpu_pending.sh verify|decode|e2e-l3|e2e-l2|m1|pdl|attn|prefill|attncfg|peers|rows16|unroll" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -107,6 +108,13 @@ case "${1:-}" in
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
       --section SchedulerStats --section LaunchStats \
       python3 benchmarks/profile_w4a16.py --accumulate 16x4096x12288 16x4096x4096 16x4096x22016 16x11008x4096 ;;
+  unroll)  # UNROLL=2 at 2 stages against the shipped rows16 (baseline first and last in the decode step)
+    step 120 unroll-tests.log python3 -m pytest -q -x tests/kernels/test_w4a16_pipelined.py -k unroll
+    step 150 unroll-calls.log python3 benchmarks/bench_w4a16_rows_accumulate.py --rows 4,16 --configs base,unroll2,unroll2_st3 \
+      --repeat 3 --out "$out/unroll-calls.json"
+    step 240 unroll-decode.log python3 benchmarks/decode_step.py --shapes llama-2-7b,llama-3-8b --dtypes fp16 \
+      --quantizations gptq-4bit --batch-sizes 4,16 --variants +skinny_gemm --w4a16-knob UNROLL+num_stages=1+3,2+2,1+3 \
+      --out "$out/unroll-decode.json" ;;
 esac
 echo "gpu_pending.sh ${1}: $([ $status -eq 0 ] && echo all steps passed || echo some steps failed), files in $out"
 exit $status

@@ -338,7 +338,7 @@ def _w4a16_pipelined_kernel(
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PTX_LOADS: tl.constexpr = True, HALF_DEQ: tl.constexpr = False,
     ACCUM: tl.constexpr = False, PTX_DEQ: tl.constexpr = True,
     SCALE_AFTER: tl.constexpr = False, BF16: tl.constexpr = False, SCALES_FIRST: tl.constexpr = True,
-    PDL: tl.constexpr = False, PDL_TRIGGER: tl.constexpr = 1, L2_AHEAD: tl.constexpr = 0,
+    PDL: tl.constexpr = False, PDL_TRIGGER: tl.constexpr = 1, L2_AHEAD: tl.constexpr = 0, UNROLL: tl.constexpr = 1,
 ):
     # tiles in groups of GROUP_M row blocks sharing a column slice, row blocks fastest: the programs that
     # read one weight slice run together (one HBM read, the others hit L2)
@@ -373,7 +373,8 @@ def _w4a16_pipelined_kernel(
     # across steps; the words are loaded where they are used (ahead-of-use register rings measured no
     # faster and stop Triton from pipelining the loop at all: RESULTS.md section w4half).
     if SCALE_AFTER:  # one group per tile, fp16 or bf16 planes: the dot of q - z, then the tile's scales on its sums
-        for kt in range(kt0, kt1):
+        # UNROLL (a config's "UNROLL", 1 as shipped): K tiles per loop step, unrolled by Triton (`UNROLL_NOTE`)
+        for kt in tl.range(kt0, kt1, loop_unroll_factor=UNROLL):
             k0 = kt * 128
             g = _group_of(k0, K, GROUP_SIZE, EVEN_K)
             # SCALES_FIRST: the tile's zeros and scales are loaded before its words and activations, so their latency
@@ -446,6 +447,15 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
                     "HALF_DEQ": True, "PTX_LOADS": False},
     "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},  # bf16 only
 }
+UNROLL_NOTE = """A config's ``UNROLL`` (1 in every shipped class; an experiment until measured): the scaled loop
+(``SCALE_AFTER``) unrolled that many K tiles a step by Triton (``loop_unroll_factor``), with a remainder loop for the
+odd tile. One K tile of ``rows16`` is 188 instructions a warp on sm_90 (80 of them the dequantization): 752 a
+program for its 4 KiB of words, 188 cycles of an SM's four schedulers at full issue, against about 315 cycles for
+those bytes at the SM's share of copy bandwidth (3.02 TB/s over 132 SMs at 1.755 GHz), so the loop must keep the
+schedulers 60 % busy just to keep pace. Two tiles a step at 2 stages (the same two tiles in flight, 24 KiB of shared
+memory a program, so six still fit an SM) take it to 158.5 a tile with half the barriers (Triton 3.7.1, ptxas of its
+build, 80 registers, no spill; 8 B on the stack with Triton 3.9.0; RESULTS.md round34); at 3 stages it needs 40 KiB, five an SM. On a GPU:
+`gpu_pending.sh unroll`."""
 PDL_KNOBS: dict[str, int] = {"PDL": 1, "PDL_TRIGGER": 1, "L2_AHEAD": 2}
 """The PDL form every class launches (a config may override a key; benchmarks do, `bench_w4a16.knob_on_routes`):
 take part where `runtime.pdl_for` allows; ``PDL_TRIGGER`` 1 lets the next kernel launch after the K loop (0: as the
@@ -674,7 +684,8 @@ def pipelined_matmul(x2: torch.Tensor, w: "W4A16Weight", bias: Optional[torch.Te
         PTX_DEQ=nvidia and bool(cfg.get("PTX_DEQ", True)),
         SCALE_AFTER=scaled, BF16=x2.dtype == torch.bfloat16,
         SCALES_FIRST=scales_first(cfg, w.zeros is not None, scaled),
-        PDL=pdl, PDL_TRIGGER=knobs["PDL_TRIGGER"], L2_AHEAD=knobs["L2_AHEAD"], launch_pdl=pdl,
+        PDL=pdl, PDL_TRIGGER=knobs["PDL_TRIGGER"], L2_AHEAD=knobs["L2_AHEAD"], UNROLL=int(cfg.get("UNROLL", 1)),
+        launch_pdl=pdl,
         **launch_options(cfg, arch),
     )
     return out

@@ -113,7 +113,7 @@ for name, cfg in kp.PIPELINED_CONFIGS.items():
                 "HALF_DEQ": cfg.get("HALF_DEQ", False) and not bf16, "ACCUM": False, "PTX_DEQ": True,
                 "SCALE_AFTER": kp._scale_after(cfg, chunks), "BF16": bf16,
                 "SCALES_FIRST": kp.scales_first(cfg, zeros, kp._scale_after(cfg, chunks)), "PDL": False,
-                "PDL_TRIGGER": 1, "L2_AHEAD": 0}
+                "PDL_TRIGGER": 1, "L2_AHEAD": 0, "UNROLL": 1}
         act = {"x_ptr": "*bf16", "bias_ptr": "*bf16", "out_ptr": "*bf16"} if bf16 else {}
         s = dict(sig, **act, **{name: "constexpr" for name in cons})
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13)}
@@ -179,6 +179,61 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
         capped64 = b["config"] == "rows64" and b["maxnreg"] == PIPELINED_CONFIGS["rows64"]["scale_after_maxnreg"]
         capped16 = b["config"] == "rows16" and b["maxnreg"] == PIPELINED_CONFIGS["rows16"]["overflow_maxnreg"]
         assert len(b["stack"]) == 1 and b["stack"][0] <= (32 if capped64 else 8 if capped16 else 0), b
+
+
+_UNROLL_BUILD = r"""
+import json
+import os
+import subprocess
+import tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
+
+sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
+       "out_ptr": "*fp32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "KT": "i32",
+       "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
+bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+os.chdir(tempfile.mkdtemp())
+cfg = kp.PIPELINED_CONFIGS["rows16"]
+seen = {}
+for unroll, stages in ((1, cfg["num_stages"]), (2, 2)):
+    # the 16-row call as the decode step launches it: g128 symmetric, scaled, into an accumulator, with PDL
+    cons = {"GROUP_SIZE": 128, "CHUNKS": 1, "BLOCK_M": 16, "BLOCK_N": cfg["BLOCK_N"], "GROUP_M": 8, "SPLIT": 4,
+            "HAS_ZEROS": False, "HAS_BIAS": False, "EVEN_K": True, "EVEN_N": True, "PTX_LOADS": False,
+            "HALF_DEQ": True, "ACCUM": True, "PTX_DEQ": True, "SCALE_AFTER": True, "BF16": False, "SCALES_FIRST": True,
+            "PDL": True, "PDL_TRIGGER": 1, "L2_AHEAD": 2, "UNROLL": unroll}
+    s = dict(sig, **{name: "constexpr" for name in cons})
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(14)}
+    c = triton.compile(ASTSource(fn=kp._w4a16_pipelined_kernel, signature=s, constexprs=cons, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": cfg["num_warps"], "num_stages": stages, "maxnreg": cfg["maxnreg"]})
+    with open("kernel.cubin", "wb") as f:
+        f.write(c.asm["cubin"])
+    usage = subprocess.run([os.path.join(bindir, "cuobjdump"), "-res-usage", "kernel.cubin"], capture_output=True,
+                           text=True, check=True).stdout
+    sass = subprocess.run([os.path.join(bindir, "nvdisasm"), "-c", "kernel.cubin"], capture_output=True, text=True,
+                          check=True).stdout
+    seen[unroll] = {"shared": c.metadata.shared, "stack": int(usage.split("STACK:")[1].split()[0]),
+                    "wgmma": sass.count("HGMMA"), "barriers": sass.count("BAR.SYNC")}
+print(json.dumps(seen))
+"""
+
+
+def test_the_unroll_experiment_builds_for_sm90_within_the_16_row_grid():
+    """``UNROLL`` = 2 at 2 stages (`_w4a16_pipelined_triton.UNROLL_NOTE`, measured on no GPU yet) builds the 16-row
+    call as the decode step launches it: under the class's register cap no spill in the shipped form and at most 8 B
+    unrolled (none with Triton 3.6.0-3.8.0, which the H100 runs use; 8 B with 3.9.0), both tiles of a step as ``wgmma``
+    chains beside the remainder loop's, and shared memory within what six programs an SM (the class's ``waves``) may
+    hold on an H100 (227 KiB)."""
+    import json
+
+    builds = {int(k): v for k, v in json.loads(sm90_build_stdout(_UNROLL_BUILD).strip().splitlines()[-1]).items()}
+    shipped, unrolled = builds[1], builds[2]
+    assert shipped["stack"] == 0 and unrolled["stack"] <= 8, builds
+    assert unrolled["wgmma"] >= 2 * shipped["wgmma"], builds  # the step's two tiles, and the odd one after the loop
+    assert PIPELINED_CONFIGS["rows16"]["waves"] * unrolled["shared"] <= 227 * 1024, builds
 
 
 def test_pipelined_configs_and_k_splits():
@@ -460,6 +515,28 @@ def test_rows64_scales_large_grids_under_its_register_cap():
     assert splits == 1 and scaled and planned["maxnreg"] == cfg["scale_after_maxnreg"]
     out, exact = _past_fp16_range(256, 12800, 128, cfg)
     assert (out - exact).abs().max().item() <= 4e-3 * exact.abs().max().item()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the unrolled loop is the compiled kernel's)")
+@pytest.mark.parametrize("k,splits", [(1408, 2), (2048, 4), (2048, 1)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_unroll_experiment_matches_exact(k, splits, dtype):
+    """``UNROLL`` = 2 (`UNROLL_NOTE`) on the 16-row class's scaled loop: K runs of odd (1408 = 11 tiles over 2 splits:
+    6 and 5) and even lengths, flushed through the workspace or stored, fp16 and bf16 planes, then accumulated as the
+    decode step calls it."""
+    from optimum_amdx.kernels._w4a16_pipelined_triton import pipelined_matmul
+    from optimum_amdx.kernels.runtime import device_arch
+
+    cfg = {**PIPELINED_CONFIGS["rows16"], "UNROLL": 2, "num_stages": 2, "SPLIT": splits}
+    _check_exact(k, 768, 128, True, False, "gptq", 16, cfg, dtype)
+    qweight, qzeros, scales, g_idx, expected = quantize(k, 768, 4, 128, True, False, "gptq", seed=k)
+    w = prepare_gptq_weight(*(t.to(DEVICE) for t in (qweight, qzeros, scales, g_idx)), group_size=128)
+    x = torch.randn(16, k, generator=torch.Generator().manual_seed(5)).to(dtype).to(DEVICE)
+    acc = torch.zeros(16, 768, dtype=torch.float32, device=DEVICE)
+    pipelined_matmul(x, w, None, device_arch(), cfg, accumulate_into=acc)
+    exact = x.double() @ expected.double().to(DEVICE)
+    assert (acc.double() - exact).abs().max().item() <= 2e-2 * exact.abs().max().item()
 
 
 @pytest.mark.parametrize("cfg", [{"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}, _SPLIT])
