@@ -63,7 +63,7 @@ def _grid() -> dict[str, dict[str, Any]]:
     out["staged_sa_ww"] = {"_class": "rows16", "SCALE_AFTER": True, "within_waves": True}
     out["staged_sa_r72"] = {"_class": "rows16", "SCALE_AFTER": True, "maxnreg": 72}
     out["staged_sa_w7"] = {"_class": "rows16", "SCALE_AFTER": True, "waves": 7, "maxnreg": 72}
-    # two K tiles a loop step in the scaled loop (`_w4a16_pipelined_triton.UNROLL_NOTE`), at 2 stages and at 3
+    # two K tiles a loop step in the scaled loop (the `_w4a16_pipelined_triton` docstring), at 2 stages and at 3
     out["unroll2"] = {"UNROLL": 2, "num_stages": 2}
     out["unroll2_st3"] = {"UNROLL": 2, "num_stages": 3}
     # 17-32 rows on wide outputs (with --flush): the staged classes against the register class

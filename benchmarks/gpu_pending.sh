@@ -16,7 +16,7 @@
 #   bash benchmarks/gpu_pending.sh attncfg   # decode attention: the shipped config against register caps and one stage, at 1-16 splits
 #   bash benchmarks/gpu_pending.sh peers     # issue 13's kernel table at 1-64 rows with the peers, then 128-512 rows without them
 #   bash benchmarks/gpu_pending.sh rows16    # Nsight Compute on Llama-2-7B's four 16-row W4A16 calls as its batch-16 decode step runs them
-#   bash benchmarks/gpu_pending.sh unroll    # two K tiles a loop step (UNROLL_NOTE): GPU tests, the accumulating calls at 4-16 rows, the decode step at 4 and 16
+#   bash benchmarks/gpu_pending.sh unroll    # two K tiles a loop step (UNROLL, round 34): GPU tests, the accumulating calls at 4-16 rows, the decode step at 4 and 16
 #
 # peers: GemLite comes from $GEMLITE_PATH, a folder holding its `gemlite` package (the device has no network), put on
 # this step's PYTHONPATH only so its pins never reach our environment. Prepare it on a machine with the registry:

@@ -39,6 +39,16 @@ and the next call's own requests overlap this one's flush. In a graph of 2-16-ro
 a call (4096x4096 at 16 rows 9.0 -> 7.6 us), and 1.4-3.7 % off GPTQ decode steps at 2-64 sequences (H100,
 RESULTS.md round28). `PDL_KNOBS` holds the shipped values.
 
+Two K tiles a loop step (a config's ``UNROLL``; 1 in every shipped class, an experiment until measured): the scaled
+loop (``SCALE_AFTER``) unrolled by Triton (``loop_unroll_factor``), with a remainder loop for an odd last tile. One K
+tile of ``rows16`` is 188 instructions a warp on sm_90 (80 of them the dequantization): 752 a program for its 4 KiB of
+words, 188 cycles of an SM's four schedulers at full issue, against about 315 cycles for those bytes at the SM's share
+of copy bandwidth (3.02 TB/s over 132 SMs at 1.755 GHz), so the loop must keep the schedulers 60 % busy just to keep
+pace. Two tiles a step at 2 stages (the same two tiles in flight; 24 KiB of shared memory a program, so six still fit
+an SM) take it to 158.5 a tile with half the barriers (Triton 3.7.1 and the ptxas of its build, 80 registers, no
+spill; 8 B on the stack with Triton 3.9.0; RESULTS.md round34). At 3 stages it needs 40 KiB: five programs an SM. On
+a GPU: `gpu_pending.sh unroll`.
+
 The portable form (AMD, and the interpreter in CI): plain word loads and the same fp16 arithmetic written in
 Triton's own int16 and fp16 operations (`_plane_lo`, `_plane_hi`), which both compilers pack two to a register;
 on an H100 it ran at 0.83-1.02x the speed of the PTX form and 1.21-1.78x the float32 one, with the same results bit
@@ -373,7 +383,7 @@ def _w4a16_pipelined_kernel(
     # across steps; the words are loaded where they are used (ahead-of-use register rings measured no
     # faster and stop Triton from pipelining the loop at all: RESULTS.md section w4half).
     if SCALE_AFTER:  # one group per tile, fp16 or bf16 planes: the dot of q - z, then the tile's scales on its sums
-        # UNROLL (a config's "UNROLL", 1 as shipped): K tiles per loop step, unrolled by Triton (`UNROLL_NOTE`)
+        # UNROLL (a config's "UNROLL", 1 as shipped): K tiles per loop step, unrolled by Triton (module docstring)
         for kt in tl.range(kt0, kt1, loop_unroll_factor=UNROLL):
             k0 = kt * 128
             g = _group_of(k0, K, GROUP_SIZE, EVEN_K)
@@ -447,15 +457,6 @@ PIPELINED_CONFIGS: dict[str, dict[str, Any]] = {
                     "HALF_DEQ": True, "PTX_LOADS": False},
     "rows256": {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "waves": 1},  # bf16 only
 }
-UNROLL_NOTE = """A config's ``UNROLL`` (1 in every shipped class; an experiment until measured): the scaled loop
-(``SCALE_AFTER``) unrolled that many K tiles a step by Triton (``loop_unroll_factor``), with a remainder loop for the
-odd tile. One K tile of ``rows16`` is 188 instructions a warp on sm_90 (80 of them the dequantization): 752 a
-program for its 4 KiB of words, 188 cycles of an SM's four schedulers at full issue, against about 315 cycles for
-those bytes at the SM's share of copy bandwidth (3.02 TB/s over 132 SMs at 1.755 GHz), so the loop must keep the
-schedulers 60 % busy just to keep pace. Two tiles a step at 2 stages (the same two tiles in flight, 24 KiB of shared
-memory a program, so six still fit an SM) take it to 158.5 a tile with half the barriers (Triton 3.7.1, ptxas of its
-build, 80 registers, no spill; 8 B on the stack with Triton 3.9.0; RESULTS.md round34); at 3 stages it needs 40 KiB, five an SM. On a GPU:
-`gpu_pending.sh unroll`."""
 PDL_KNOBS: dict[str, int] = {"PDL": 1, "PDL_TRIGGER": 1, "L2_AHEAD": 2}
 """The PDL form every class launches (a config may override a key; benchmarks do, `bench_w4a16.knob_on_routes`):
 take part where `runtime.pdl_for` allows; ``PDL_TRIGGER`` 1 lets the next kernel launch after the K loop (0: as the

@@ -222,7 +222,7 @@ print(json.dumps(seen))
 
 
 def test_the_unroll_experiment_builds_for_sm90_within_the_16_row_grid():
-    """``UNROLL`` = 2 at 2 stages (`_w4a16_pipelined_triton.UNROLL_NOTE`, measured on no GPU yet) builds the 16-row
+    """``UNROLL`` = 2 at 2 stages (the `_w4a16_pipelined_triton` docstring; measured on no GPU yet) builds the 16-row
     call as the decode step launches it: under the class's register cap no spill in the shipped form and at most 8 B
     unrolled (none with Triton 3.6.0-3.8.0, which the H100 runs use; 8 B with 3.9.0), both tiles of a step as ``wgmma``
     chains beside the remainder loop's, and shared memory within what six programs an SM (the class's ``waves``) may
@@ -522,9 +522,9 @@ def test_rows64_scales_large_grids_under_its_register_cap():
 @pytest.mark.parametrize("k,splits", [(1408, 2), (2048, 4), (2048, 1)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_the_unroll_experiment_matches_exact(k, splits, dtype):
-    """``UNROLL`` = 2 (`UNROLL_NOTE`) on the 16-row class's scaled loop: K runs of odd (1408 = 11 tiles over 2 splits:
-    6 and 5) and even lengths, flushed through the workspace or stored, fp16 and bf16 planes, then accumulated as the
-    decode step calls it."""
+    """``UNROLL`` = 2 (the `_w4a16_pipelined_triton` docstring) on the 16-row class's scaled loop: K runs of odd
+    (1408 = 11 tiles over 2 splits: 6 and 5) and even lengths, flushed through the workspace or stored, fp16 and bf16
+    planes, then accumulated as the decode step calls it."""
     from optimum_amdx.kernels._w4a16_pipelined_triton import pipelined_matmul
     from optimum_amdx.kernels.runtime import device_arch
 
