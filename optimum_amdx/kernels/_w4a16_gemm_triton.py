@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 TILE = 128
 """Columns and input rows of one tile of the repacked layout (`w4a16.TILE_N` / `TILE_K`)."""
+TILE_WORDS = tl.constexpr(TILE * TILE // 8)
+"""int32 words of one such tile at 4 bits (2048): the stride from one K tile of a column tile's words to the next."""
 E7_BITS = 0x43000000  # bits of float32 2**7
 
 
@@ -211,7 +213,7 @@ def _w4a16_gemm_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     # words of this program's slice of a tile: column (n0 % 128) + c owns words 16c .. 16c + 15
-    w_offs = (nb * KT * 2048 + (n0 % 128) * 16) + offs_loc[:, None] * 16 + offs_r[None, :]
+    w_offs = (nb * KT * TILE_WORDS + (n0 % 128) * 16) + offs_loc[:, None] * 16 + offs_r[None, :]
     # joined operand position p = r * 8 + t holds plane bitrev3(t), row r
     offs_p = tl.arange(0, 128)
     t = offs_p % 8
@@ -223,23 +225,23 @@ def _w4a16_gemm_kernel(
     kt1 = tl.minimum(KT, kt0 + tiles_per_split)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     if PREFETCH > 0:
-        packed = tl.load(qw_ptr + w_offs + kt0 * 2048)
+        packed = tl.load(qw_ptr + w_offs + kt0 * TILE_WORDS)
         x_t = _x_tile(x_ptr, perm_ptr, kt0 * 128, rows_p, offs_p, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K, X_PREP)
     if PREFETCH > 1:
-        packed_n = tl.load(qw_ptr + w_offs + tl.minimum(kt0 + 1, kt1 - 1) * 2048)
+        packed_n = tl.load(qw_ptr + w_offs + tl.minimum(kt0 + 1, kt1 - 1) * TILE_WORDS)
     for kt in range(kt0, kt1):
         k0 = kt * 128
         if PREFETCH > 0:  # the next tiles' words (and the next activations) in flight while this one is computed
             kn = tl.minimum(kt + 1, kt1 - 1)
             if PREFETCH > 1:  # two tiles ahead: even if the compiler sinks the load to the end of the iteration,
                 # a whole iteration passes before its words are used
-                packed_nn = tl.load(qw_ptr + w_offs + tl.minimum(kt + 2, kt1 - 1) * 2048)
+                packed_nn = tl.load(qw_ptr + w_offs + tl.minimum(kt + 2, kt1 - 1) * TILE_WORDS)
             else:
-                packed_n = tl.load(qw_ptr + w_offs + kn * 2048)
+                packed_n = tl.load(qw_ptr + w_offs + kn * TILE_WORDS)
             x_n = _x_tile(x_ptr, perm_ptr, kn * 128, rows_p, offs_p, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K,
                           X_PREP)
         else:
-            packed = tl.load(qw_ptr + w_offs + kt * 2048)
+            packed = tl.load(qw_ptr + w_offs + kt * TILE_WORDS)
             x_t = _x_tile(x_ptr, perm_ptr, k0, rows_p, offs_p, offs_m, m_mask, stride_xm, K, HAS_PERM, EVEN_K, X_PREP)
         wt = _dequant_tile(packed, s_ptr, z_ptr, k0, offs_n, N, K, e7_bits, x_ptr, BLOCK_N, GROUP_SIZE, CHUNKS,
                            HAS_ZEROS, EVEN_K, EVEN_N, NATURAL)

@@ -67,7 +67,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._w4a16_gemm_triton import (E7_BITS, TILE, _dequant_tile, _workspace, _write_tile, family, gather_x,
+from ._w4a16_gemm_triton import (E7_BITS, TILE, TILE_WORDS, _dequant_tile, _workspace, _write_tile, family, gather_x,
                                  launch_options, split_k)
 from ._pdl import gdc_launch_dependents, gdc_wait
 from ._w4a16_triton import _byte_halves, _chunks, _group_arg, _group_of, _plane_hi_q, _plane_lo_q, _scale_zero
@@ -334,7 +334,7 @@ def _l2_prefetch_words(qw_ptr, wbase, kt0, kt1, BLOCK_N: tl.constexpr, TILES: tl
     LINES: tl.constexpr = BLOCK_N * 16 // 32  # a K tile's words of BLOCK_N columns: contiguous, 32 words a line
     j = tl.arange(0, LINES * TILES)
     kt = tl.minimum(kt0 + j // LINES, kt1 - 1)
-    ptrs = qw_ptr + wbase + kt * 2048 + (j % LINES) * 32
+    ptrs = qw_ptr + wbase + kt * TILE_WORDS + (j % LINES) * 32
     tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
                               is_pure=False, pack=1)
 
@@ -367,7 +367,7 @@ def _w4a16_pipelined_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     # column (n0 % 128) + c of tile column n0 // 128 owns words 16c .. 16c + 15 of each K tile
-    wbase = (n0 // 128) * KT * 2048 + (n0 % 128) * 16
+    wbase = (n0 // 128) * KT * TILE_WORDS + (n0 % 128) * 16
     w_offs = wbase + offs_loc[:, None] * 16 + tl.arange(0, 16)[None, :]
     x_ptrs = x_ptr + offs_m[None, :] * stride_xm + tl.arange(0, 128)[:, None]  # x^T of one K tile, row order
     kt0 = pid_k * tiles_per_split
@@ -394,7 +394,7 @@ def _w4a16_pipelined_kernel(
                 s, z = _scale_zero(s_ptr, z_ptr, g, offs_n, N, EVEN_N, HAS_ZEROS)
             else:
                 _, z = _scale_zero(s_ptr, z_ptr, g, offs_n, N, EVEN_N, HAS_ZEROS)
-            packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
+            packed = _ld_words(qw_ptr + w_offs + kt * TILE_WORDS, PTX_LOADS)
             x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
             wq = _dequant_tile_q(packed, z, BLOCK_N, PTX_DEQ, BF16)
             if not SCALES_FIRST:
@@ -405,7 +405,7 @@ def _w4a16_pipelined_kernel(
             k0 = kt * 128
             if HALF_DEQ:  # the tile's groups before its words and activations (round25: 1-9.5 % less time, 64-256 rows)
                 groups = _tile_groups_h(s_ptr, z_ptr, k0, offs_n, N, K, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K, EVEN_N)
-            packed = _ld_words(qw_ptr + w_offs + kt * 2048, PTX_LOADS)
+            packed = _ld_words(qw_ptr + w_offs + kt * TILE_WORDS, PTX_LOADS)
             x_t = tl.load(x_ptrs + k0, mask=m_mask[None, :], other=0.0)
             if HALF_DEQ:
                 wt = _planes_of_groups(packed, groups, BLOCK_N, PTX_DEQ)
