@@ -362,13 +362,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     if key not in _SWEPT:
         remove_stale_temporaries(target)
         _SWEPT.add(key)
-    tmp, fd = _claim_sibling(target, "tmp", lambda p: os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    # created with mode 0o666 under the user's umask, as `open` would make the file itself (no process-wide umask read)
+    tmp, fd = _claim_sibling(target, "tmp", lambda p: os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

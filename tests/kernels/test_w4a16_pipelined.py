@@ -76,7 +76,7 @@ def test_amd_configs_are_the_portable_form():
 
 
 
-_BUILD = r"""
+_SM90_PRELUDE = r"""
 import json
 import os
 import re
@@ -90,9 +90,14 @@ from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
 sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
        "out_ptr": "*fp16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "KT": "i32",
        "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
-# the register spills ptxas made: the STACK of the cubin's kernel (Triton ships cuobjdump beside ptxas)
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+# the register spills ptxas made: the STACK of the cubin's kernel (Triton ships cuobjdump and nvdisasm beside ptxas)
+bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+cuobjdump = os.path.join(bindir, "cuobjdump")
 os.chdir(tempfile.mkdtemp())
+"""
+"""What both sm_90 build scripts start with: the imports, the kernel's runtime signature, Triton's bundled tools."""
+
+_BUILD = _SM90_PRELUDE + r"""
 seen = []
 for name, cfg in kp.PIPELINED_CONFIGS.items():
     # the layouts each config serves: one group per tile, and four (g32, asym, split K) except on the
@@ -181,21 +186,8 @@ def test_pipelined_kernel_builds_for_sm90_with_the_weight_operand_in_registers()
         assert len(b["stack"]) == 1 and b["stack"][0] <= (32 if capped64 else 8 if capped16 else 0), b
 
 
-_UNROLL_BUILD = r"""
-import json
-import os
-import subprocess
-import tempfile
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from optimum_amdx.kernels import _w4a16_pipelined_triton as kp
-
-sig = {"x_ptr": "*fp16", "qw_ptr": "*i32", "s_ptr": "*fp16", "z_ptr": "*fp16", "bias_ptr": "*fp16",
-       "out_ptr": "*fp32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "KT": "i32",
-       "stride_xm": "i32", "stride_om": "i32", "tiles_per_split": "i32", "e7_bits": "i32"}
-bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-os.chdir(tempfile.mkdtemp())
+_UNROLL_BUILD = _SM90_PRELUDE + r"""
+sig["out_ptr"] = "*fp32"  # the accumulator
 cfg = kp.PIPELINED_CONFIGS["rows16"]
 seen = {}
 for unroll, stages in ((1, cfg["num_stages"]), (2, 2)):
@@ -211,8 +203,7 @@ for unroll, stages in ((1, cfg["num_stages"]), (2, 2)):
                        options={"num_warps": cfg["num_warps"], "num_stages": stages, "maxnreg": cfg["maxnreg"]})
     with open("kernel.cubin", "wb") as f:
         f.write(c.asm["cubin"])
-    usage = subprocess.run([os.path.join(bindir, "cuobjdump"), "-res-usage", "kernel.cubin"], capture_output=True,
-                           text=True, check=True).stdout
+    usage = subprocess.run([cuobjdump, "-res-usage", "kernel.cubin"], capture_output=True, text=True, check=True).stdout
     sass = subprocess.run([os.path.join(bindir, "nvdisasm"), "-c", "kernel.cubin"], capture_output=True, text=True,
                           check=True).stdout
     seen[unroll] = {"shared": c.metadata.shared, "stack": int(usage.split("STACK:")[1].split()[0]),
