@@ -38,6 +38,8 @@ __all__ = [
     "dequantize_gptq",
     "prepare_gptq_weight",
     "concat_weights",
+    "gptq_qweight",
+    "select_columns",
     "tile_pack",
     "activation_order",
     "w4a16_matmul",
@@ -417,6 +419,57 @@ def concat_weights(parts: list[W4A16Weight], column_order: Optional["torch.Tenso
         group_size=first.group_size,
         bits=4,
         kernel_ready=True,
+    )
+
+
+def gptq_qweight(w: W4A16Weight, columns: "slice | torch.Tensor | None" = None) -> "torch.Tensor":
+    """The standard GPTQ ``qweight`` (int32 ``[K / 8, N]``, the checkpoint's row order) of a kernel-ready weight's
+    output `columns` (a slice or an index tensor; all of them by default): the inverse of `prepare_gptq_weight`'s
+    repacking, bit for bit, so a layer that keeps only its repacked copy still saves what it was loaded from."""
+    import torch
+
+    if not w.kernel_ready:
+        raise InvalidArgumentError("gptq_qweight needs a kernel-ready weight; others keep their GPTQ tensors in `raw`.")
+    codes = w.codes()
+    if columns is not None:
+        codes = codes[:, columns]
+    if w.perm is not None:  # codes() is in the sorted row order: sorted row k is original row perm[k]
+        original = torch.empty_like(codes)
+        original[w.perm.long()] = codes
+        codes = original
+    return pack_gptq_int32(codes, 4, dim=0)
+
+
+def select_columns(w: W4A16Weight, columns: "slice | torch.Tensor") -> W4A16Weight:
+    """The kernel-ready weight of `w`'s output `columns` (a step-1 slice or an index tensor). A slice that starts on
+    a `TILE_N` column block and ends on one (or at ``w.out_features``) reads `w`'s words in place: its column blocks
+    are one contiguous run of the tile-major layout, so a layer whose columns a fused weight holds costs no copy of
+    its codes. Any other selection is a repacked copy."""
+    import torch
+
+    if not w.kernel_ready:
+        raise InvalidArgumentError("select_columns needs a kernel-ready weight.")
+    if isinstance(columns, slice):
+        start, stop, step = columns.indices(w.out_features)
+        if step != 1 or stop <= start:
+            raise InvalidArgumentError(f"select_columns takes a non-empty step-1 slice; got {columns}.")
+        if start % TILE_N == 0 and (stop % TILE_N == 0 or stop == w.out_features):
+            run = w.k_tiles * TILE_N  # word rows of one column block
+            return W4A16Weight(
+                qweight=w.qweight[start // TILE_N * run: -(-stop // TILE_N) * run],
+                scales=w.scales[:, start:stop].contiguous(),
+                zeros=w.zeros[:, start:stop].contiguous() if w.zeros is not None else None,
+                perm=w.perm, in_features=w.in_features, out_features=stop - start, group_size=w.group_size,
+                bits=4, kernel_ready=True, x_order=w.x_order,
+            )
+        columns = torch.arange(start, stop, device=w.qweight.device)
+    index = columns.to(device=w.qweight.device, dtype=torch.long)
+    return W4A16Weight(
+        qweight=tile_pack(w.codes()[:, index]),
+        scales=w.scales[:, index].contiguous(),
+        zeros=w.zeros[:, index].contiguous() if w.zeros is not None else None,
+        perm=w.perm, in_features=w.in_features, out_features=int(index.numel()), group_size=w.group_size,
+        bits=4, kernel_ready=True, x_order=w.x_order,
     )
 
 

@@ -98,8 +98,8 @@ def _fuse_quantized(linears: list[nn.Module], column_order: torch.Tensor | None 
     (q/k/v, gate/up): their codes side by side along N, so the layer launches one matmul as an
     fp16 one does; `column_order` reorders the joined columns (see `concat_weights`). None when any
     module is not a 4-bit GPTQ linear ready for the kernel, or their K, group size or act-order
-    permutation differ. The modules' own repacked copies are dropped (they rebuild on demand), so
-    the fused weight costs no extra memory at steady state."""
+    permutation differ. The fused weight then holds the modules' codes (`QuantLinear.share_kernel_weight`): they
+    drop their own copies, so a fused projection costs no second copy of its weight."""
     from ..kernels.w4a16 import concat_weights
 
     if not linears or not all(callable(getattr(m, "kernel_weight", None)) for m in linears):
@@ -120,9 +120,27 @@ def _fuse_quantized(linears: list[nn.Module], column_order: torch.Tensor | None 
                               for b, m in zip(biases, linears)])
             if column_order is not None:
                 bias = bias[column_order.to(device=bias.device, dtype=torch.long)]
-    for m in linears:
-        m.invalidate()
+    _share_columns(linears, fused, column_order)
     return fused, bias
+
+
+def _share_columns(linears: list[nn.Module], fused, column_order: torch.Tensor | None) -> None:
+    """Hand each module its columns of `fused` (joined side by side, then put in `column_order`) in place of its
+    own codes; a module without `share_kernel_weight` only drops its cached repacked copy."""
+    position = None
+    if column_order is not None:  # joined column j sits at output column position[j]
+        order = column_order.to(device=fused.device, dtype=torch.long)
+        position = torch.empty_like(order)
+        position[order] = torch.arange(order.numel(), device=order.device)
+    start = 0
+    for m in linears:
+        stop = start + m.out_features
+        share = getattr(m, "share_kernel_weight", None)
+        if share is None:
+            m.invalidate()
+        else:
+            share(fused, slice(start, stop) if position is None else position[start:stop])
+        start = stop
 
 
 O_COLS_MAX_TOKENS = 16

@@ -113,7 +113,8 @@ def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device
     `optimum_amdx.quantization.load_gptq_model`), which resolves the name, checks the files and passes
     the transformers `config`. The model skeleton is allocated without running weight initialization,
     then every tensor of the checkpoint is loaded; any model tensor the checkpoint lacks (other than
-    tied embeddings) is an error.
+    tied embeddings) is an error. On a GPU every 4-bit linear is repacked for the kernels here (it then
+    holds only its repacked codes, `QuantLinear`), so the first forward does no repacking.
     """
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
@@ -182,7 +183,12 @@ def build_gptq_model(folder: Path, weight_files: list[Path], config: Any, device
         raise InvalidArgumentError(f"{folder} holds tensors {type(model).__name__} has no place for: {unexpected[:5]}")
     model.tie_weights()
     _materialize_buffers(model, config)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    if torch.device(device).type != "cpu":  # repack for the kernels now, not in the first forward
+        for module in model.modules():
+            if isinstance(module, QuantLinear):
+                module.kernel_weight()
+    return model
 
 
 def _default_g_idx(layer: QuantLinear) -> torch.Tensor:

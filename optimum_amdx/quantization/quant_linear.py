@@ -16,16 +16,27 @@ from torch import nn
 from ..errors import InvalidArgumentError
 from .config import group_rows
 from ..kernels.runtime import use_triton
-from ..kernels.w4a16 import W4A16Weight, dequantize_gptq, prepare_gptq_weight, w4a16_matmul
+from ..kernels.w4a16 import (W4A16Weight, dequantize_gptq, gptq_qweight, prepare_gptq_weight, select_columns,
+                             w4a16_matmul)
 
 
 class QuantLinear(nn.Module):
     """Drop-in replacement for `nn.Linear` holding a GPTQ-quantized weight.
 
-    The repacked kernel weight (`W4A16Weight`) is built on the first forward on a device and cached.
+    The layer holds its 4-bit codes once. Until its first fp16/bf16 forward (or `kernel_weight()`, which the GPTQ
+    loader calls on a GPU), that is the standard `qweight` buffer; after it, for a weight the kernels run, the
+    repacked kernel weight (`W4A16Weight`), and the standard `qweight` is rebuilt from it bit for bit wherever it is
+    asked for: `state_dict()` (so saving), `dequantize()`, and reading `layer.qweight`, which puts the standard
+    tensor back and drops the repacked one until the next forward. A layer whose columns a fused weight holds (the
+    paged engine's q/k/v and gate/up, `share_kernel_weight`) keeps neither and reads its columns from it.
+
     float32 activations (CPU evaluation) use a cached dense dequantized copy, which costs the memory
-    of an unquantized layer. `load_state_dict`, `.to()` and `_apply` invalidate both caches.
+    of an unquantized layer. `load_state_dict`, `.to()`, `_apply` and assigning one of the four GPTQ
+    tensors drop the caches (the codes go back into `qweight` first).
     """
+
+    GPTQ_TENSORS = ("qweight", "qzeros", "scales", "g_idx")
+    """The standard GPTQ tensors a layer holds as buffers (and a checkpoint as `<name>.<tensor>`)."""
 
     def __init__(
         self,
@@ -62,6 +73,8 @@ class QuantLinear(nn.Module):
         else:
             self.bias = None
         self._prepared: W4A16Weight | None = None
+        self._shared: tuple[W4A16Weight, slice | torch.Tensor] | None = None
+        """A fused weight holding this layer's codes, and its columns that are this layer's (`share_kernel_weight`)."""
         self._dense: torch.Tensor | None = None
         self._warned_slow = False
         self.register_load_state_dict_post_hook(lambda module, keys: module.invalidate())
@@ -87,26 +100,106 @@ class QuantLinear(nn.Module):
             layer.bias = bias.detach().clone()
         return layer
 
-    def invalidate(self) -> None:
-        """Drop the cached kernel weight and dense copy (after the buffers changed or moved)."""
+    def _codes_elsewhere(self) -> bool:
+        """Whether the `qweight` buffer is empty because the codes live in the repacked copy or a fused weight."""
+        return self._buffers.get("qweight") is None and (self._prepared is not None or self._shared is not None)
+
+    def _standard_qweight(self) -> torch.Tensor:
+        """The standard GPTQ `qweight`: the buffer, or rebuilt from the copy that holds the codes instead."""
+        q = self._buffers.get("qweight")
+        if q is not None:
+            return q
+        if self._prepared is not None:
+            return gptq_qweight(self._prepared)
+        if self._shared is not None:
+            fused, columns = self._shared
+            return gptq_qweight(fused, columns)
+        raise InvalidArgumentError("This QuantLinear holds no qweight; assign one or load a state dict into it.")
+
+    def _keep_standard(self) -> None:
+        """Put the codes back into the `qweight` buffer and drop the copies that held them."""
+        if self._codes_elsewhere():
+            self._buffers["qweight"] = self._standard_qweight()
         self._prepared = None
+        self._shared = None
+
+    def invalidate(self) -> None:
+        """Drop the cached kernel weight and dense copy (after the buffers changed or moved); the codes go back
+        into `qweight` first."""
+        self._keep_standard()
         self._dense = None
 
     def _apply(self, fn, recurse: bool = True):  # noqa: ANN001 - torch's signature
         self.invalidate()
         return super()._apply(fn, recurse)
 
+    def __setattr__(self, name: str, value) -> None:  # noqa: ANN001 - nn.Module's signature
+        if name in self.GPTQ_TENSORS and "_dense" in self.__dict__:  # past __init__: the caches follow the tensors
+            if name == "qweight":  # the new codes replace the held ones
+                self._prepared = self._shared = None
+            else:
+                self._keep_standard()
+            self._dense = None
+        super().__setattr__(name, value)
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - nn.Module's signature
+        if name == "qweight" and "_dense" in self.__dict__ and self._codes_elsewhere():
+            self._keep_standard()  # a reader may write into it, so it becomes the layer's copy again
+        return super().__getattr__(name)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):  # noqa: ANN001 - torch's signature
+        if not self._codes_elsewhere():
+            return super()._save_to_state_dict(destination, prefix, keep_vars)
+        self._buffers["qweight"] = self._standard_qweight()  # saved in its place, then dropped again
+        try:
+            super()._save_to_state_dict(destination, prefix, keep_vars)
+        finally:
+            self._buffers["qweight"] = None
+
+    def _load_from_state_dict(self, *args, **kwargs):  # noqa: ANN002, ANN003 - torch's signature
+        self._keep_standard()  # loading fills the buffers; the post hook then drops the caches
+        return super()._load_from_state_dict(*args, **kwargs)
+
     def kernel_weight(self) -> W4A16Weight:
-        """The weight repacked for the W4A16 kernel (built once per device)."""
-        if self._prepared is None or self._prepared.device != self.qweight.device:
-            self._prepared = prepare_gptq_weight(
-                self.qweight, self.qzeros, self.scales, self.g_idx, self.bits, self.group_size, self.checkpoint_format
+        """The weight repacked for the W4A16 kernel, built once and kept. For a weight the kernels run, the repacked
+        copy then holds the codes and the `qweight` buffer is emptied (see the class docstring)."""
+        if self._prepared is not None:
+            return self._prepared
+        if self._shared is not None:
+            fused, columns = self._shared
+            self._prepared = select_columns(fused, columns)  # in place when its columns are whole column blocks
+            return self._prepared
+        w = prepare_gptq_weight(
+            self._standard_qweight(), self.qzeros, self.scales, self.g_idx, self.bits, self.group_size,
+            self.checkpoint_format,
+        )
+        self._prepared = w
+        if w.kernel_ready:
+            self._buffers["qweight"] = None
+        return w
+
+    def share_kernel_weight(self, fused: W4A16Weight, columns: slice | torch.Tensor) -> None:
+        """Let `fused` hold this layer's codes: its output `columns` (a slice, or an index tensor when the fused
+        weight reorders its columns) are this layer's weight, as `concat_weights` built it from this layer. The layer
+        drops its own copies, so a fused projection costs no second copy of its members; the layer reads its columns
+        from `fused` when it runs or is saved (`select_columns`, `gptq_qweight`)."""
+        if not self.kernel_weight().kernel_ready or not fused.kernel_ready:
+            raise InvalidArgumentError("share_kernel_weight needs a 4-bit layer and a fused weight the kernels run.")
+        width = len(range(*columns.indices(fused.out_features))) if isinstance(columns, slice) else columns.numel()
+        if width != self.out_features or fused.in_features != self.in_features:
+            raise InvalidArgumentError(
+                f"The shared columns ({width} of {fused.in_features} inputs) are not this layer's "
+                f"{self.out_features} outputs of {self.in_features} inputs."
             )
-        return self._prepared
+        self._shared = (fused, columns)
+        self._prepared = None
+        self._buffers["qweight"] = None
+        self._dense = None
 
     def dequantize(self) -> torch.Tensor:
         """The float32 weight in `nn.Linear` layout [out_features, in_features]."""
-        w = dequantize_gptq(self.qweight, self.qzeros, self.scales, self.g_idx, self.bits, self.checkpoint_format)
+        w = dequantize_gptq(self._standard_qweight(), self.qzeros, self.scales, self.g_idx, self.bits,
+                            self.checkpoint_format)
         return w.t().contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
