@@ -10,8 +10,10 @@ W4A16 weights (`stack_quantized_experts`: three launches, no host loop, so decod
 graphs); every expert is read each step, which at 4 bits costs E/(4k) of the fp16 routed bytes (Mixtral 1x,
 Qwen3-30B-A3B 4x). Act-order experts with permutations of their own run gate/up as one gather and one matmul
 per expert (`PerExpertGateUp`), still without a host loop. Longer prefill chunks run transformers' expert loop
-over the per-expert W4A16 linears (host-side, eager), which computes routed pairs only. Stacking keeps a
-second 4-bit copy of the experts.
+over the per-expert W4A16 linears (host-side, eager), which computes routed pairs only. The stacked gate/up
+weight holds the experts' gate/up codes (each linear reads its columns of it, `QuantLinear.share_kernel_weight`);
+the stacked down projection is a second copy of the down projections (an expert's rows of it are not one run of
+the repacked layout), so stacked experts hold 4/3 of one 4-bit copy.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from ..kernels.rope_cache import rotary_and_cache_, rotary_and_cache_accumulated
 from ..kernels.rotary import rotary_embedding_
 from ..kernels.runtime import tensor_family
 from ..kernels.skinny_gemm import skinny_gemm, skinny_gemm_norm, skinny_max_m
+from ..quantization.quant_linear import share_columns
 from .cache import CacheLayout, PagedKVCache
 from .families import LayerParts, decoder_parts, supported_model_types
 from .moe import moe_runner
@@ -120,27 +121,8 @@ def _fuse_quantized(linears: list[nn.Module], column_order: torch.Tensor | None 
                               for b, m in zip(biases, linears)])
             if column_order is not None:
                 bias = bias[column_order.to(device=bias.device, dtype=torch.long)]
-    _share_columns(linears, fused, column_order)
+    share_columns(linears, fused, column_order)
     return fused, bias
-
-
-def _share_columns(linears: list[nn.Module], fused, column_order: torch.Tensor | None) -> None:
-    """Hand each module its columns of `fused` (joined side by side, then put in `column_order`) in place of its
-    own codes; a module without `share_kernel_weight` only drops its cached repacked copy."""
-    position = None
-    if column_order is not None:  # joined column j sits at output column position[j]
-        order = column_order.to(device=fused.device, dtype=torch.long)
-        position = torch.empty_like(order)
-        position[order] = torch.arange(order.numel(), device=order.device)
-    start = 0
-    for m in linears:
-        stop = start + m.out_features
-        share = getattr(m, "share_kernel_weight", None)
-        if share is None:
-            m.invalidate()
-        else:
-            share(fused, slice(start, stop) if position is None else position[start:stop])
-        start = stop
 
 
 O_COLS_MAX_TOKENS = 16

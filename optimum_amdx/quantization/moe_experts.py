@@ -125,6 +125,7 @@ def _per_expert_gate_up(members: list) -> tuple[PerExpertGateUp, list[torch.Tens
     """`PerExpertGateUp` for experts whose gate/up permutations differ between experts but not within one, and
     the down projections' orders it put the columns in; or why not."""
     from ..kernels.w4a16 import concat_weights
+    from .quant_linear import share_columns
 
     weights, perms, down_orders = [], [], []
     for e in members:
@@ -132,9 +133,11 @@ def _per_expert_gate_up(members: list) -> tuple[PerExpertGateUp, list[torch.Tens
         inter, hidden = down.in_features, gate.in_features
         order = (down.perm.long() if down.perm is not None
                  else torch.arange(inter, device=down.qweight.device))
-        w = concat_weights([gate, e.up_proj.kernel_weight()], torch.cat([order, order + inter]))
+        columns = torch.cat([order, order + inter])
+        w = concat_weights([gate, e.up_proj.kernel_weight()], columns)
         if w is None:
             return "an expert's gate and up weights cannot share one launch (their act-order orders or groups differ)"
+        share_columns([e.gate_proj, e.up_proj], w, columns)  # w holds their codes from now on
         perms.append(w.perm.long() if w.perm is not None else torch.arange(hidden, device=order.device))
         weights.append(w.presorted())
         down_orders.append(order)
@@ -151,11 +154,12 @@ def stack_quantized_experts(experts: ExpertLinears) -> tuple[object, object] | s
     GPTQ gives them) cannot share one gate/up weight: gate/up is then a `PerExpertGateUp` (one gather and E
     matmuls, still no host loop) whose outputs come in the down projections' order, so the stacked down
     projection reads them without a permutation. Returns the reason as a string when the experts cannot be
-    stacked (not all 4-bit kernel-ready linears, groups that straddle experts).
+    stacked (not all 4-bit kernel-ready linears, groups that straddle experts). The gate/up weights then hold the
+    experts' gate/up codes (`quant_linear.share_columns`); the stacked down projection is a copy.
     """
     from ..kernels.w4a16 import concat_weights, prepare_gptq_weight
     from .config import group_rows
-    from .quant_linear import QuantLinear
+    from .quant_linear import QuantLinear, share_columns
 
     members = [experts[i] for i in range(experts.num_experts)]  # (iterating the ModuleList would meet act_fn too)
     lins = [lin for e in members for lin in (e.gate_proj, e.up_proj, e.down_proj)]
@@ -165,6 +169,8 @@ def stack_quantized_experts(experts: ExpertLinears) -> tuple[object, object] | s
     if any(lin.bits != 4 or lin.checkpoint_format != first.checkpoint_format for lin in lins):
         return "the experts are not all 4-bit linears of one checkpoint format"
     gate_up = concat_weights([w.kernel_weight() for e in members for w in (e.gate_proj, e.up_proj)])
+    if gate_up is not None:  # it holds the experts' gate/up codes from now on
+        share_columns([w for e in members for w in (e.gate_proj, e.up_proj)], gate_up)
     down_orders = None
     if gate_up is None:
         per_expert = _per_expert_gate_up(members)
@@ -178,8 +184,9 @@ def stack_quantized_experts(experts: ExpertLinears) -> tuple[object, object] | s
         return f"the experts' down projections have groups of {rows} rows that do not tile {inter} inputs"
     groups = inter // rows
     g_idx = torch.cat([d.g_idx.to(torch.int32) + e * groups for e, d in enumerate(downs)])
-    down = prepare_gptq_weight(torch.cat([d.qweight for d in downs]), torch.cat([d.qzeros for d in downs]),
-                               torch.cat([d.scales for d in downs]), g_idx, 4, rows, first.checkpoint_format)
+    down = prepare_gptq_weight(torch.cat([d.checkpoint_qweight() for d in downs]),
+                               torch.cat([d.qzeros for d in downs]), torch.cat([d.scales for d in downs]), g_idx, 4,
+                               rows, first.checkpoint_format)
     if not down.kernel_ready:
         return "the stacked down projection is not kernel-ready"
     if down_orders is not None:  # the per-expert gate/up already emit each expert's slice in its down order

@@ -104,8 +104,9 @@ class QuantLinear(nn.Module):
         """Whether the `qweight` buffer is empty because the codes live in the repacked copy or a fused weight."""
         return self._buffers.get("qweight") is None and (self._prepared is not None or self._shared is not None)
 
-    def _standard_qweight(self) -> torch.Tensor:
-        """The standard GPTQ `qweight`: the buffer, or rebuilt from the copy that holds the codes instead."""
+    def checkpoint_qweight(self) -> torch.Tensor:
+        """The standard GPTQ `qweight`: the buffer, or rebuilt from the copy that holds the codes instead, which
+        keeps holding them (reading `layer.qweight` would make the buffer the layer's copy again)."""
         q = self._buffers.get("qweight")
         if q is not None:
             return q
@@ -119,7 +120,7 @@ class QuantLinear(nn.Module):
     def _keep_standard(self) -> None:
         """Put the codes back into the `qweight` buffer and drop the copies that held them."""
         if self._codes_elsewhere():
-            self._buffers["qweight"] = self._standard_qweight()
+            self._buffers["qweight"] = self.checkpoint_qweight()
         self._prepared = None
         self._shared = None
 
@@ -150,7 +151,7 @@ class QuantLinear(nn.Module):
     def _save_to_state_dict(self, destination, prefix, keep_vars):  # noqa: ANN001 - torch's signature
         if not self._codes_elsewhere():
             return super()._save_to_state_dict(destination, prefix, keep_vars)
-        self._buffers["qweight"] = self._standard_qweight()  # saved in its place, then dropped again
+        self._buffers["qweight"] = self.checkpoint_qweight()  # saved in its place, then dropped again
         try:
             super()._save_to_state_dict(destination, prefix, keep_vars)
         finally:
@@ -170,7 +171,7 @@ class QuantLinear(nn.Module):
             self._prepared = select_columns(fused, columns)  # in place when its columns are whole column blocks
             return self._prepared
         w = prepare_gptq_weight(
-            self._standard_qweight(), self.qzeros, self.scales, self.g_idx, self.bits, self.group_size,
+            self.checkpoint_qweight(), self.qzeros, self.scales, self.g_idx, self.bits, self.group_size,
             self.checkpoint_format,
         )
         self._prepared = w
@@ -198,7 +199,7 @@ class QuantLinear(nn.Module):
 
     def dequantize(self) -> torch.Tensor:
         """The float32 weight in `nn.Linear` layout [out_features, in_features]."""
-        w = dequantize_gptq(self._standard_qweight(), self.qzeros, self.scales, self.g_idx, self.bits,
+        w = dequantize_gptq(self.checkpoint_qweight(), self.qzeros, self.scales, self.g_idx, self.bits,
                             self.checkpoint_format)
         return w.t().contiguous()
 
@@ -226,3 +227,23 @@ class QuantLinear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "
             f"group_size={self.group_size}, bias={self.bias is not None}, format={self.checkpoint_format}"
         )
+
+
+def share_columns(linears: list[nn.Module], fused: W4A16Weight, column_order: torch.Tensor | None = None) -> None:
+    """Hand each of `linears` its columns of `fused`, which `concat_weights` built from their kernel weights side by
+    side (then put in `column_order`), in place of its own codes (`QuantLinear.share_kernel_weight`); a module
+    without `share_kernel_weight` only drops its cached repacked copy (`invalidate`)."""
+    position = None
+    if column_order is not None:  # joined column j sits at output column position[j]
+        order = column_order.to(device=fused.device, dtype=torch.long)
+        position = torch.empty_like(order)
+        position[order] = torch.arange(order.numel(), device=order.device)
+    start = 0
+    for m in linears:
+        stop = start + m.out_features
+        share = getattr(m, "share_kernel_weight", None)
+        if share is None:
+            m.invalidate()
+        else:
+            share(fused, slice(start, stop) if position is None else position[start:stop])
+        start = stop

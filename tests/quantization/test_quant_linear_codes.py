@@ -181,3 +181,37 @@ def test_the_engine_fused_weights_hold_their_members_codes(act_order):
     gate_words = mlp.gate_proj.kernel_weight().qweight
     shares = gate_words.untyped_storage().data_ptr() == first.gate_up.qweight.qweight.untyped_storage().data_ptr()
     assert shares != act_order
+
+
+@pytest.mark.parametrize("act_order", [False, True])
+def test_stacked_experts_hold_their_gate_up_codes(act_order):
+    """The engine's stacked expert weights (decode steps) hold the experts' gate/up codes; the per-expert linears
+    (long prefill chunks, transformers' loop) read their columns of them and still save the checkpoint's tensors."""
+    from optimum_amdx.modeling import AMDModelForCausalLM
+    from optimum_amdx.quantization import GPTQConfig, GPTQQuantizer
+
+    from ..modeling.conftest import hf_greedy, random_prompts
+    from ..modeling.test_act_order import act_order_experts_model
+    from ..modeling.test_families import family_model
+
+    if act_order:  # every expert with permutations of its own: gate/up as one weight per expert
+        model = act_order_experts_model("qwen3_moe")
+    else:
+        model = copy.deepcopy(family_model("qwen3_moe"))
+        GPTQQuantizer(GPTQConfig(bits=4, group_size=16), method="rtn", device="cpu", verbose=False).quantize(model)
+    before = _saved(model)
+    prompts = random_prompts(2, 5, 12, seed=7)
+    expected = [hf_greedy(model, p, 4) for p in prompts]
+    am = AMDModelForCausalLM(model, num_blocks=64, max_model_len=128)
+    am.generation_config.eos_token_id = None
+    assert am.generate(prompts, max_new_tokens=4) == expected  # the decode steps stack the experts
+    moe_layers = [layer for layer in am.decoder.layers if layer.moe is not None]
+    assert moe_layers
+    for layer in moe_layers:
+        assert layer.moe.stack_error is None and layer.moe._stacked is not None
+        experts = layer.moe.per_expert
+        for e in range(experts.num_experts):
+            for linear in (experts[e].gate_proj, experts[e].up_proj):
+                assert linear._buffers["qweight"] is None and linear._shared is not None
+    _assert_same_state(before, model)
+    assert [hf_greedy(model, p, 4) for p in prompts] == expected
