@@ -215,3 +215,23 @@ def test_stacked_experts_hold_their_gate_up_codes(act_order):
                 assert linear._buffers["qweight"] is None and linear._shared is not None
     _assert_same_state(before, model)
     assert [hf_greedy(model, p, 4) for p in prompts] == expected
+
+
+def test_the_memory_benchmark_counts_one_copy_through_the_engine(tmp_path):
+    """`benchmarks/gptq_memory.py` (the figures of RESULTS.md, round 35) on one layer of a 1B shape (the tiny shapes'
+    weights are smaller than one 128 x 128 tile, so padding and the engine's own int32 tables would dominate): one
+    copy of the codes plus the small zeros and index tensors, after the first forward and in the engine."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gptq_memory.py"
+    out = tmp_path / "memory.json"
+    run = subprocess.run([sys.executable, str(script), "--shape", "llama-1b", "--layers", "1", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["phase"].split(" (")[0] for r in rows] == ["quantized", "after the first forward",
+                                                         "in the paged engine, after generate"]
+    assert all(1.0 <= r["copies"] < 1.02 for r in rows), rows
