@@ -40,6 +40,7 @@ __all__ = [
     "concat_weights",
     "gptq_qweight",
     "select_columns",
+    "columns_in_place",
     "tile_pack",
     "activation_order",
     "w4a16_matmul",
@@ -440,6 +441,15 @@ def gptq_qweight(w: W4A16Weight, columns: "slice | torch.Tensor | None" = None) 
     return pack_gptq_int32(codes, 4, dim=0)
 
 
+def columns_in_place(w: W4A16Weight, columns: "slice | torch.Tensor") -> bool:
+    """Whether `select_columns(w, columns)` reads `w`'s words in place: a step-1 slice from a `TILE_N` column block's
+    start to one's end (or to ``w.out_features``)."""
+    if not isinstance(columns, slice):
+        return False
+    start, stop, step = columns.indices(w.out_features)
+    return step == 1 and stop > start and start % TILE_N == 0 and (stop % TILE_N == 0 or stop == w.out_features)
+
+
 def select_columns(w: W4A16Weight, columns: "slice | torch.Tensor") -> W4A16Weight:
     """The kernel-ready weight of `w`'s output `columns` (a step-1 slice or an index tensor). A slice that starts on
     a `TILE_N` column block and ends on one (or at ``w.out_features``) reads `w`'s words in place: its column blocks
@@ -453,7 +463,7 @@ def select_columns(w: W4A16Weight, columns: "slice | torch.Tensor") -> W4A16Weig
         start, stop, step = columns.indices(w.out_features)
         if step != 1 or stop <= start:
             raise InvalidArgumentError(f"select_columns takes a non-empty step-1 slice; got {columns}.")
-        if start % TILE_N == 0 and (stop % TILE_N == 0 or stop == w.out_features):
+        if columns_in_place(w, columns):
             run = w.k_tiles * TILE_N  # word rows of one column block
             return W4A16Weight(
                 qweight=w.qweight[start // TILE_N * run: -(-stop // TILE_N) * run],

@@ -16,8 +16,8 @@ from torch import nn
 from ..errors import InvalidArgumentError
 from .config import group_rows
 from ..kernels.runtime import use_triton
-from ..kernels.w4a16 import (W4A16Weight, dequantize_gptq, gptq_qweight, prepare_gptq_weight, select_columns,
-                             w4a16_matmul)
+from ..kernels.w4a16 import (W4A16Weight, columns_in_place, dequantize_gptq, gptq_qweight, prepare_gptq_weight,
+                             select_columns, w4a16_matmul)
 
 
 class QuantLinear(nn.Module):
@@ -37,6 +37,8 @@ class QuantLinear(nn.Module):
 
     GPTQ_TENSORS = ("qweight", "qzeros", "scales", "g_idx")
     """The standard GPTQ tensors a layer holds as buffers (and a checkpoint as `<name>.<tensor>`)."""
+    HELD_BUFFER = "kernel_qweight"
+    """The non-persistent buffer naming the repacked codes the layer holds in place of `qweight` (`_hold`)."""
 
     def __init__(
         self,
@@ -117,12 +119,23 @@ class QuantLinear(nn.Module):
             return gptq_qweight(fused, columns)
         raise InvalidArgumentError("This QuantLinear holds no qweight; assign one or load a state dict into it.")
 
+    def _hold(self, words: torch.Tensor | None) -> None:
+        """Register `words`, the repacked codes this layer holds in place of `qweight` (None: none), as the
+        non-persistent buffer `kernel_qweight`: never saved, but `buffers()` and so memory accounting
+        (`model.get_memory_footprint()`, the benchmark's weight bytes) count what the layer holds."""
+        if words is None:
+            self._buffers.pop(self.HELD_BUFFER, None)
+            self._non_persistent_buffers_set.discard(self.HELD_BUFFER)
+        else:
+            self.register_buffer(self.HELD_BUFFER, words, persistent=False)
+
     def _keep_standard(self) -> None:
         """Put the codes back into the `qweight` buffer and drop the copies that held them."""
         if self._codes_elsewhere():
             self._buffers["qweight"] = self.checkpoint_qweight()
         self._prepared = None
         self._shared = None
+        self._hold(None)
 
     def invalidate(self) -> None:
         """Drop the cached kernel weight and dense copy (after the buffers changed or moved); the codes go back
@@ -177,6 +190,7 @@ class QuantLinear(nn.Module):
         self._prepared = w
         if w.kernel_ready:
             self._buffers["qweight"] = None
+            self._hold(w.qweight)
         return w
 
     def share_kernel_weight(self, fused: W4A16Weight, columns: slice | torch.Tensor) -> None:
@@ -193,8 +207,10 @@ class QuantLinear(nn.Module):
                 f"{self.out_features} outputs of {self.in_features} inputs."
             )
         self._shared = (fused, columns)
-        self._prepared = None
+        in_place = columns_in_place(fused, columns)
+        self._prepared = select_columns(fused, columns) if in_place else None  # a copy waits until the layer runs
         self._buffers["qweight"] = None
+        self._hold(self._prepared.qweight if in_place else None)
         self._dense = None
 
     def dequantize(self) -> torch.Tensor:
@@ -232,7 +248,8 @@ class QuantLinear(nn.Module):
 def share_columns(linears: list[nn.Module], fused: W4A16Weight, column_order: torch.Tensor | None = None) -> None:
     """Hand each of `linears` its columns of `fused`, which `concat_weights` built from their kernel weights side by
     side (then put in `column_order`), in place of its own codes (`QuantLinear.share_kernel_weight`); a module
-    without `share_kernel_weight` only drops its cached repacked copy (`invalidate`)."""
+    without `share_kernel_weight` only drops its cached repacked copy (`invalidate`). Their `kernel_qweight`
+    buffers then name the fused words once (`QuantLinear._hold`)."""
     position = None
     if column_order is not None:  # joined column j sits at output column position[j]
         order = column_order.to(device=fused.device, dtype=torch.long)
@@ -247,3 +264,10 @@ def share_columns(linears: list[nn.Module], fused: W4A16Weight, column_order: to
         else:
             share(fused, slice(start, stop) if position is None else position[start:stop])
         start = stop
+    sharing = [m for m in linears if isinstance(m, QuantLinear)]
+    if sharing and any(m.HELD_BUFFER not in m._buffers for m in sharing):
+        # not every member reads its columns in place: the first one names the whole fused words, the others none,
+        # so memory accounting counts them once
+        for m in sharing:
+            m._hold(None)
+        sharing[0]._hold(fused.qweight)

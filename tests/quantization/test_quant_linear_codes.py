@@ -61,7 +61,8 @@ def test_a_repacked_layer_keeps_one_copy_and_saves_the_checkpoint_tensors(k, n, 
     torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2)
     # the repacked copy is the only one: the standard qweight buffer is empty and no buffer lists it
     assert layer._buffers["qweight"] is None
-    assert "qweight" not in dict(layer.named_buffers())
+    buffers = dict(layer.named_buffers())
+    assert "qweight" not in buffers and buffers[QuantLinear.HELD_BUFFER] is layer.kernel_weight().qweight
     _assert_same_state(before, layer)
     assert layer._buffers["qweight"] is None  # saving rebuilt it without keeping it
     assert torch.equal(layer.dequantize(), dense)
@@ -158,7 +159,7 @@ def test_the_engine_fused_weights_hold_their_members_codes(act_order):
             fused_words = proj.qweight.qweight
             held[fused_words.untyped_storage().data_ptr()] = fused_words.untyped_storage().nbytes()
             for m in members:
-                assert m._buffers["qweight"] is None and m._prepared is None
+                assert m._buffers["qweight"] is None
                 assert m._shared[0].qweight.untyped_storage().data_ptr() == fused_words.untyped_storage().data_ptr()
         for m in (attn.o_proj, mlp.down_proj):
             assert m._buffers["qweight"] is None and m._prepared is not None
@@ -168,6 +169,9 @@ def test_the_engine_fused_weights_hold_their_members_codes(act_order):
                                   before[f"{name}.g_idx"], 4, 32).qweight.nbytes
               for name, module in model.named_modules() if isinstance(module, QuantLinear))
     assert sum(held.values()) == own  # one repacked copy of every layer's codes, no more
+    # and the modules' buffers name exactly that (memory accounting, the benchmark's weight bytes), never saved
+    named = [b.nbytes for name, b in model.named_buffers() if name.endswith("." + QuantLinear.HELD_BUFFER)]
+    assert sum(named) == own and not any(k.endswith(QuantLinear.HELD_BUFFER) for k in model.state_dict())
 
     _assert_same_state(before, model)
     am.generation_config.eos_token_id = None
