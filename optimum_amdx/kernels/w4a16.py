@@ -397,12 +397,21 @@ def concat_weights(parts: list[W4A16Weight], column_order: Optional["torch.Tenso
             return None
         if (p.perm is None) != (first.perm is None) or (p.perm is not None and not torch.equal(p.perm, first.perm)):
             return None
-    codes = torch.cat([p.codes() for p in parts], dim=1)
     scales = torch.cat([p.scales for p in parts], dim=1)
     any_zeros = any(p.zeros is not None for p in parts)
     zeros = None
     if any_zeros:
         zeros = torch.cat([p.zeros if p.zeros is not None else torch.full_like(p.scales, 8.0) for p in parts], dim=1)
+    if column_order is None and all(p.out_features % TILE_N == 0 for p in parts[:-1]):
+        # the layout is column block after column block: parts of whole blocks join by their words one after another,
+        # with no unpacking (which would take 8 bytes a weight at its peak)
+        return W4A16Weight(
+            qweight=torch.cat([p.qweight for p in parts]), scales=scales.contiguous(),
+            zeros=zeros.contiguous() if zeros is not None else None, perm=first.perm,
+            in_features=first.in_features, out_features=sum(p.out_features for p in parts),
+            group_size=first.group_size, bits=4, kernel_ready=True,
+        )
+    codes = torch.cat([p.codes() for p in parts], dim=1)
     if column_order is not None:
         order = column_order.to(device=codes.device, dtype=torch.long)
         if order.shape != (codes.shape[1],) or not torch.equal(torch.sort(order).values,

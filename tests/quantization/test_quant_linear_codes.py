@@ -239,3 +239,18 @@ def test_the_memory_benchmark_counts_one_copy_through_the_engine(tmp_path):
     assert [r["phase"].split(" (")[0] for r in rows] == ["quantized", "after the first forward",
                                                          "in the paged engine, after generate"]
     assert all(1.0 <= r["copies"] < 1.02 for r in rows), rows
+
+
+def test_joining_whole_column_blocks_skips_the_unpacking_and_gives_the_same_weight():
+    """`concat_weights` joins parts of whole 128-column blocks (the last may be partial) by their words one after
+    another; the result is the weight the unpack-and-repack path builds."""
+    from optimum_amdx.kernels.w4a16 import concat_weights, tile_pack
+
+    parts = [_layer(256, n, 32, True, seed=s).kernel_weight() for s, n in enumerate((128, 2 * TILE_N, 72))]
+    for p in parts[1:]:
+        p.perm = parts[0].perm  # one input's linears share their permutation
+    joined = concat_weights(parts)
+    assert torch.equal(joined.qweight, tile_pack(torch.cat([p.codes() for p in parts], dim=1)))
+    assert torch.equal(joined.scales, torch.cat([p.scales for p in parts], dim=1))
+    torch.testing.assert_close(joined.dequantize(), torch.cat([p.dequantize() for p in parts], dim=1), rtol=0, atol=0)
+    assert joined.out_features == 128 + 2 * TILE_N + 72 and joined.n_blocks == 4
