@@ -42,6 +42,7 @@ __all__ = [
     "select_columns",
     "columns_in_place",
     "tile_pack",
+    "tile_pack_gptq_words",
     "activation_order",
     "w4a16_matmul",
     "w4a16_matmul_reference",
@@ -321,6 +322,25 @@ def tile_pack(q: "torch.Tensor") -> "torch.Tensor":
     return words.permute(2, 0, 3, 1).contiguous().reshape(nb * kt * TILE_N, 16)
 
 
+def tile_pack_gptq_words(qweight: "torch.Tensor") -> "torch.Tensor":
+    """`tile_pack` of the 4-bit codes in standard GPTQ words (int32 ``[K / 8, N]``, rows in order) without unpacking
+    them: inside a 128-row tile, nibble ``j`` of the repacked word ``r = 8h + i`` (row ``16j + r``) is nibble ``i`` of
+    the standard word ``2j + h``, so the repacking is a nibble transpose of each column's 16 words. It takes about
+    2 bytes a weight at its peak, where unpacking to one int per code takes 8 or more."""
+    import torch
+
+    rows, n = qweight.shape
+    kt, nb = -(-rows * 8 // TILE_K), -(-n // TILE_N)
+    padded = torch.zeros(kt * 16, nb * TILE_N, dtype=torch.int32, device=qweight.device)
+    padded[:rows, :n] = qweight
+    src = padded.view(kt, 8, 2, nb, TILE_N)  # standard word 2j + h of each tile: [kt, j, h, nb, n]
+    out = torch.zeros(kt, 2, 8, nb, TILE_N, dtype=torch.int32, device=qweight.device)  # repacked word 8h + i
+    for j in range(8):
+        for i in range(8):
+            out[:, :, i] |= ((src[:, j] >> (4 * i)) & 0xF) << (4 * j)
+    return out.view(kt, 16, nb, TILE_N).permute(2, 0, 3, 1).contiguous().view(nb * kt * TILE_N, 16)
+
+
 def prepare_gptq_weight(
     qweight: "torch.Tensor",
     qzeros: "torch.Tensor",
@@ -352,13 +372,18 @@ def prepare_gptq_weight(
     g = g_idx.long()
     expected = torch.arange(k, device=g.device) // gs
     perm = None
-    q = unpack_gptq_int32(qweight, 4, dim=0)[:k]
-    if not torch.equal(g, expected):
-        order = torch.sort(g, stable=True).indices
-        if not torch.equal(g[order], expected):
-            return W4A16Weight(None, scales, None, None, k, n, gs, bits, kernel_ready=False, raw=raw)
-        q = q[order]
-        perm = order.to(torch.int32).contiguous()
+    in_order = torch.equal(g, expected)
+    if in_order and k % 8 == 0 and qweight.shape[0] * 8 >= k:
+        words = tile_pack_gptq_words(qweight[: k // 8])  # rows in order: a nibble transpose of the words
+    else:
+        q = unpack_gptq_int32(qweight, 4, dim=0)[:k]
+        if not in_order:
+            order = torch.sort(g, stable=True).indices
+            if not torch.equal(g[order], expected):
+                return W4A16Weight(None, scales, None, None, k, n, gs, bits, kernel_ready=False, raw=raw)
+            q = q[order]
+            perm = order.to(torch.int32).contiguous()
+        words = tile_pack(q)
     if -(-k // gs) != n_groups:
         raise InvalidArgumentError(
             f"scales has {n_groups} groups but K={k} with group_size={group_size} needs {-(-k // gs)}; "
@@ -369,7 +394,7 @@ def prepare_gptq_weight(
     if bool((zeros == 8).all()):
         zeros_t = None
     return W4A16Weight(
-        qweight=tile_pack(q),
+        qweight=words,
         scales=scales.to(torch.float16).contiguous(),
         zeros=zeros_t,
         perm=perm,

@@ -254,3 +254,13 @@ def test_joining_whole_column_blocks_skips_the_unpacking_and_gives_the_same_weig
     assert torch.equal(joined.scales, torch.cat([p.scales for p in parts], dim=1))
     torch.testing.assert_close(joined.dequantize(), torch.cat([p.dequantize() for p in parts], dim=1), rtol=0, atol=0)
     assert joined.out_features == 128 + 2 * TILE_N + 72 and joined.n_blocks == 4
+
+
+@pytest.mark.parametrize("k,n", [(256, 384), (200, 72), (8, 128), (384, 136)])
+def test_repacking_words_in_order_is_the_nibble_transpose_of_the_unpacked_codes(k, n):
+    """Without act-order, `prepare_gptq_weight` repacks the standard words directly (`tile_pack_gptq_words`); the
+    words equal `tile_pack` of the unpacked codes, padding included, for every nibble value and the sign bit."""
+    from optimum_amdx.kernels.w4a16 import tile_pack, tile_pack_gptq_words, unpack_gptq_int32
+
+    words = _layer(k, n, k, False, seed=k + n).qweight
+    assert torch.equal(tile_pack_gptq_words(words), tile_pack(unpack_gptq_int32(words, 4, dim=0)))
