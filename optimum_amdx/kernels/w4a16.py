@@ -43,6 +43,7 @@ __all__ = [
     "columns_in_place",
     "tile_pack",
     "tile_pack_gptq_words",
+    "untile_gptq_words",
     "activation_order",
     "w4a16_matmul",
     "w4a16_matmul_reference",
@@ -322,23 +323,41 @@ def tile_pack(q: "torch.Tensor") -> "torch.Tensor":
     return words.permute(2, 0, 3, 1).contiguous().reshape(nb * kt * TILE_N, 16)
 
 
+def _transpose_nibbles(words: "torch.Tensor", dim: int) -> "torch.Tensor":
+    """Each 8 x 8 nibble block along `dim` (size 8) transposed: nibble ``a`` of word ``b`` of the result is nibble
+    ``b`` of word ``a`` of `words`. Works on int32 words, with temporaries of 1/8 of their size."""
+    import torch
+
+    out = torch.zeros(words.shape, dtype=torch.int32, device=words.device)
+    for a in range(8):
+        src = words.select(dim, a)
+        for b in range(8):
+            out.select(dim, b).bitwise_or_(((src >> (4 * b)) & 0xF) << (4 * a))
+    return out
+
+
 def tile_pack_gptq_words(qweight: "torch.Tensor") -> "torch.Tensor":
     """`tile_pack` of the 4-bit codes in standard GPTQ words (int32 ``[K / 8, N]``, rows in order) without unpacking
     them: inside a 128-row tile, nibble ``j`` of the repacked word ``r = 8h + i`` (row ``16j + r``) is nibble ``i`` of
     the standard word ``2j + h``, so the repacking is a nibble transpose of each column's 16 words. It takes about
-    2 bytes a weight at its peak, where unpacking to one int per code takes 8 or more."""
+    1.5 bytes a weight at its peak, where unpacking to one int per code takes 8 or more."""
     import torch
 
     rows, n = qweight.shape
     kt, nb = -(-rows * 8 // TILE_K), -(-n // TILE_N)
     padded = torch.zeros(kt * 16, nb * TILE_N, dtype=torch.int32, device=qweight.device)
     padded[:rows, :n] = qweight
-    src = padded.view(kt, 8, 2, nb, TILE_N)  # standard word 2j + h of each tile: [kt, j, h, nb, n]
-    out = torch.zeros(kt, 2, 8, nb, TILE_N, dtype=torch.int32, device=qweight.device)  # repacked word 8h + i
-    for j in range(8):
-        for i in range(8):
-            out[:, :, i] |= ((src[:, j] >> (4 * i)) & 0xF) << (4 * j)
-    return out.view(kt, 16, nb, TILE_N).permute(2, 0, 3, 1).contiguous().view(nb * kt * TILE_N, 16)
+    out = _transpose_nibbles(padded.view(kt, 8, 2, nb, TILE_N), 1)  # [kt, j, h, nb, n] -> word i of [kt, i, h, nb, n]
+    return out.permute(3, 0, 4, 2, 1).contiguous().view(nb * kt * TILE_N, 16)  # [nb, kt, n, h, i]: word 8h + i
+
+
+def untile_gptq_words(w: "W4A16Weight") -> "torch.Tensor":
+    """The standard GPTQ words (int32 ``[K / 8, N]``) of a kernel-ready weight without a permutation whose K is a
+    multiple of 8: the inverse nibble transpose of `tile_pack_gptq_words`, with no unpacking."""
+    kt, nb = w.k_tiles, w.n_blocks
+    tiles = w.qweight.view(nb, kt, TILE_N, 2, 8)  # [nb, kt, n, h, i]: repacked word 8h + i
+    words = _transpose_nibbles(tiles, 4)  # word j of [nb, kt, n, h, j]: standard word 2j + h
+    return words.permute(1, 4, 3, 0, 2).reshape(kt * 16, nb * TILE_N)[: w.in_features // 8, : w.out_features]
 
 
 def prepare_gptq_weight(
@@ -465,6 +484,8 @@ def gptq_qweight(w: W4A16Weight, columns: "slice | torch.Tensor | None" = None) 
 
     if not w.kernel_ready:
         raise InvalidArgumentError("gptq_qweight needs a kernel-ready weight; others keep their GPTQ tensors in `raw`.")
+    if w.perm is None and w.in_features % 8 == 0 and (columns is None or columns_in_place(w, columns)):
+        return untile_gptq_words(w if columns is None else select_columns(w, columns)).contiguous()
     codes = w.codes()
     if columns is not None:
         codes = codes[:, columns]

@@ -30,3 +30,31 @@ def test_gptq_on_gpu_and_w4a16_kernel_path(desc_act, sym):
     ids = torch.randint(0, 256, (1, 16), device="cuda", generator=g)
     out = model.generate(ids, max_new_tokens=4, do_sample=False)
     assert out.shape == (1, 20)
+
+
+def test_repacking_on_the_gpu_replaces_the_codes_instead_of_adding_a_copy():
+    """A repacked layer holds one copy of its codes (round 35): on the GPU, repacking symmetric 4-bit layers whose
+    shapes fill the 128 x 128 tiles leaves the allocated memory where it was (it grew by one copy before)."""
+    import gc
+
+    from optimum_amdx.kernels.w4a16 import pack_gptq_int32
+
+    g = torch.Generator().manual_seed(3)
+    k, n, count = 1024, 2048, 4
+    layers = []
+    for _ in range(count):
+        tensors = {"qweight": pack_gptq_int32(torch.randint(0, 16, (k, n), generator=g), 4, dim=0).cuda(),
+                   "qzeros": pack_gptq_int32(torch.full((k // 128, n), 7), 4, dim=1).cuda(),  # v1: real zero 8
+                   "scales": (torch.rand(k // 128, n, generator=g) * 0.01).half().cuda(),
+                   "g_idx": (torch.arange(k) // 128).to(torch.int32).cuda()}
+        layers.append(QuantLinear.from_packed(tensors, k, n, 4, 128))
+    del tensors
+    gc.collect()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for layer in layers:
+        assert layer.kernel_weight().kernel_ready and layer._buffers["qweight"] is None
+    gc.collect()
+    torch.cuda.synchronize()
+    grown = torch.cuda.memory_allocated() - before
+    assert abs(grown) < 0.05 * count * k * n // 2, grown  # one copy would be k * n / 2 bytes a layer
