@@ -314,7 +314,7 @@ def _dot8_asm(n_acc: int, n_out: int) -> str:
 _DOT8_ASM_1 = tl.constexpr(_dot8_asm(1, 1))
 _DOT8_ASM_2 = tl.constexpr(_dot8_asm(1, 2))
 _DOT8_ASM_4 = tl.constexpr(_dot8_asm(2, 4))
-"""`_DOT8_ASM_<CHUNKS>`, by scale groups per 128-row tile (scale groups per 128-row tile): one group (one float32 out), two groups (planes 0-3
+"""`_DOT8_ASM_<CHUNKS>`, by scale groups per 128-row tile: one group (one float32 out), two groups (planes 0-3
 and 4-7: the pair's halves, two outs), four groups (planes 0-1, 2-3, 4-5, 6-7: two fp16x2 sums, four
 outs in group order)."""
 
@@ -668,13 +668,13 @@ def _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, 
     its weight words, activation pairs, scales and zeros are loaded before the current tile is
     computed. FENCE=2 puts a branch that is never taken between the loads and the math: ptxas
     schedules within a basic block and otherwise sinks the loads below the math (sm_90 SASS)."""
-    TILE_WORDS: tl.constexpr = BLOCK_N * 16
+    UNIT_WORDS: tl.constexpr = BLOCK_N * 16  # one unit's words (a BLOCK_N-column tile, not `gemm.TILE_WORDS`)
     offs_loc = tl.arange(0, BLOCK_N)
     offs_r = tl.arange(0, 16)
     tile_offs = offs_loc[:, None] * 16 + offs_r[None, :]
     nb = u0 // KT
     kt = u0 - nb * KT
-    cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
+    cur = tl.load(qw_ptr + u0 * UNIT_WORDS + tile_offs)
     x0, x1, x2, x3, zl0, zh0, zl1, zh1, s0, s1, s2, s3 = _tile_consts(
         s_ptr, z_ptr, xp_ptr, nb, kt, offs_loc, offs_r, K, N, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
     acc2 = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
@@ -682,7 +682,7 @@ def _packed_row_stream(qw_ptr, s_ptr, z_ptr, xp_ptr, bias_ptr, out_ptr, ws_ptr, 
         un = tl.minimum(u + 1, u1 - 1)  # the last iteration reloads its own tile (L2 hits)
         nbn = un // KT
         ktn = un - nbn * KT
-        nxt = tl.load(qw_ptr + un * TILE_WORDS + tile_offs)
+        nxt = tl.load(qw_ptr + un * UNIT_WORDS + tile_offs)
         y0, y1, y2, y3, yl0, yh0, yl1, yh1, t0, t1, t2, t3 = _tile_consts(
             s_ptr, z_ptr, xp_ptr, nbn, ktn, offs_loc, offs_r, K, N, BLOCK_N, GROUP_SIZE, CHUNKS, HAS_ZEROS, EVEN_K)
         if FENCE == 1:
@@ -727,7 +727,7 @@ def _w4a16_stream_kernel(
     # CHUNKS: scale groups per K tile (1 when a group spans whole tiles, 128 // group, or 8: one per plane).
     R: tl.constexpr = 16
     PLANES: tl.constexpr = 8 // CHUNKS
-    TILE_WORDS: tl.constexpr = BLOCK_N * 16
+    UNIT_WORDS: tl.constexpr = BLOCK_N * 16
     pid = tl.program_id(0)
     pid_m = tl.program_id(1)
     n_prog = tl.num_programs(0)
@@ -752,7 +752,7 @@ def _w4a16_stream_kernel(
         t = offs_p % 8
         rows_p = ((t & 1) * 4 + (t & 2) + (t >> 2)) * 16 + offs_p // 8
     if not PIPELINE:
-        cur = tl.load(qw_ptr + u0 * TILE_WORDS + tile_offs)
+        cur = tl.load(qw_ptr + u0 * UNIT_WORDS + tile_offs)
     if SCALES_AHEAD:  # the packed loop's scales and zeros a tile ahead with the words, the first tile's before the wait
         nb0 = u0 // KT
         cz0, cz1, cz2, cz3, cs0, cs1, cs2, cs3 = _tile_scales(s_ptr, z_ptr, nb0, u0 - nb0 * KT, offs_loc, K, N, BLOCK_N,
@@ -761,11 +761,11 @@ def _w4a16_stream_kernel(
         pdl_begin()
     for u in tl.range(u0, u1, num_stages=STAGES):
         if PIPELINE:  # Triton's pipeliner keeps STAGES - 1 tiles in flight (async copies on sm_80+)
-            cur = tl.load(qw_ptr + u * TILE_WORDS + tile_offs)
+            cur = tl.load(qw_ptr + u * UNIT_WORDS + tile_offs)
         else:
             # prefetch the next tile (the last iteration reloads its own, an L2 hit) before computing this one
             un = tl.minimum(u + 1, u1 - 1)
-            nxt = tl.load(qw_ptr + un * TILE_WORDS + tile_offs)
+            nxt = tl.load(qw_ptr + un * UNIT_WORDS + tile_offs)
             if SCALES_AHEAD:
                 nbn = un // KT
                 nz0, nz1, nz2, nz3, ns0, ns1, ns2, ns3 = _tile_scales(s_ptr, z_ptr, nbn, un - nbn * KT, offs_loc, K, N,
