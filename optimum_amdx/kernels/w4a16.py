@@ -43,6 +43,7 @@ __all__ = [
     "columns_in_place",
     "tile_pack",
     "tile_pack_gptq_words",
+    "unpack_codes_u8",
     "untile_gptq_words",
     "activation_order",
     "w4a16_matmul",
@@ -249,16 +250,17 @@ class W4A16Weight:
         """Column blocks of ``TILE_N`` columns (the last one zero-padded)."""
         return -(-self.out_features // TILE_N)
 
-    def codes(self) -> "torch.Tensor":
-        """The int32 4-bit codes ``[K, N]`` in the SORTED row order (undoes the tile packing)."""
+    def codes(self, dtype: Optional["torch.dtype"] = None) -> "torch.Tensor":
+        """The 4-bit codes ``[K, N]`` in the SORTED row order (undoes the tile packing), int32 or `dtype` (uint8 takes
+        a quarter of the memory; the plane temporaries take half a byte a code)."""
         import torch
 
         nb, kt = self.n_blocks, self.k_tiles
-        words = self.qweight.reshape(nb, kt, TILE_N, 16)
-        shifts = torch.arange(0, 32, 4, device=words.device, dtype=torch.int32)
-        q = (words.unsqueeze(-1) >> shifts) & 0xF  # [nb, kt, n, r, j]
-        q = q.permute(1, 4, 3, 0, 2).reshape(kt * TILE_K, nb * TILE_N)  # row kt*128 + j*16 + r
-        return q[: self.in_features, : self.out_features]
+        words = self.qweight.view(nb, kt, TILE_N, 16).permute(1, 3, 0, 2)  # [kt, r, nb, n]
+        q = torch.empty(kt, 8, 16, nb, TILE_N, dtype=dtype or torch.int32, device=words.device)
+        for j in range(8):  # row kt*128 + j*16 + r
+            q[:, j] = ((words >> (4 * j)) & 0xF).to(q.dtype)
+        return q.view(kt * TILE_K, nb * TILE_N)[: self.in_features, : self.out_features]
 
     def dequantize(self) -> "torch.Tensor":
         """The float32 ``[K, N]`` weight in the ORIGINAL row order (reference semantics)."""
@@ -309,18 +311,32 @@ def activation_order(w: W4A16Weight, natural: bool) -> "torch.Tensor":
 
 
 def tile_pack(q: "torch.Tensor") -> "torch.Tensor":
-    """Pack int32 4-bit codes ``[K, N]`` (sorted row order) into the tile-major `W4A16Weight` layout."""
+    """Pack 4-bit codes ``[K, N]`` (sorted row order; int32, or uint8 at a quarter of the memory) into the tile-major
+    `W4A16Weight` layout."""
     import torch
 
     k, n = q.shape
     kt, nb = -(-k // TILE_K), -(-n // TILE_N)
-    padded = torch.zeros(kt * TILE_K, nb * TILE_N, dtype=torch.int32, device=q.device)
+    padded = torch.zeros(kt * TILE_K, nb * TILE_N, dtype=q.dtype, device=q.device)
     padded[:k, :n] = q
     planes = padded.reshape(kt, 8, 16, nb, TILE_N)  # [kt, j, r, nb, n]: row kt*128 + j*16 + r
     words = torch.zeros(kt, 16, nb, TILE_N, dtype=torch.int32, device=q.device)
     for j in range(8):
-        words |= planes[:, j] << (4 * j)
+        words |= planes[:, j].to(torch.int32) << (4 * j)
     return words.permute(2, 0, 3, 1).contiguous().reshape(nb * kt * TILE_N, 16)
+
+
+def unpack_codes_u8(qweight: "torch.Tensor") -> "torch.Tensor":
+    """The 4-bit codes of standard GPTQ words (int32 ``[K / 8, N]``) as uint8 ``[K, N]``: one byte a code, where
+    `unpack_gptq_int32` takes 8 or more at its peak; for the repacking of act-order weights, whose rows are sorted one
+    by one."""
+    import torch
+
+    rows, n = qweight.shape
+    codes = torch.empty(rows, 8, n, dtype=torch.uint8, device=qweight.device)  # word r, nibble i: row 8r + i
+    for i in range(8):
+        codes[:, i] = ((qweight >> (4 * i)) & 0xF).to(torch.uint8)
+    return codes.view(rows * 8, n)
 
 
 def _transpose_nibbles(words: "torch.Tensor", dim: int) -> "torch.Tensor":
@@ -395,7 +411,7 @@ def prepare_gptq_weight(
     if in_order and k % 8 == 0 and qweight.shape[0] * 8 >= k:
         words = tile_pack_gptq_words(qweight[: k // 8])  # rows in order: a nibble transpose of the words
     else:
-        q = unpack_gptq_int32(qweight, 4, dim=0)[:k]
+        q = unpack_codes_u8(qweight)[:k]
         if not in_order:
             order = torch.sort(g, stable=True).indices
             if not torch.equal(g[order], expected):
@@ -455,7 +471,7 @@ def concat_weights(parts: list[W4A16Weight], column_order: Optional["torch.Tenso
             in_features=first.in_features, out_features=sum(p.out_features for p in parts),
             group_size=first.group_size, bits=4, kernel_ready=True,
         )
-    codes = torch.cat([p.codes() for p in parts], dim=1)
+    codes = torch.cat([p.codes(torch.uint8) for p in parts], dim=1)
     if column_order is not None:
         order = column_order.to(device=codes.device, dtype=torch.long)
         if order.shape != (codes.shape[1],) or not torch.equal(torch.sort(order).values,
@@ -486,14 +502,20 @@ def gptq_qweight(w: W4A16Weight, columns: "slice | torch.Tensor | None" = None) 
         raise InvalidArgumentError("gptq_qweight needs a kernel-ready weight; others keep their GPTQ tensors in `raw`.")
     if w.perm is None and w.in_features % 8 == 0 and (columns is None or columns_in_place(w, columns)):
         return untile_gptq_words(w if columns is None else select_columns(w, columns)).contiguous()
-    codes = w.codes()
+    codes = w.codes(torch.uint8)
     if columns is not None:
         codes = codes[:, columns]
     if w.perm is not None:  # codes() is in the sorted row order: sorted row k is original row perm[k]
         original = torch.empty_like(codes)
         original[w.perm.long()] = codes
         codes = original
-    return pack_gptq_int32(codes, 4, dim=0)
+    if codes.shape[0] % 8:
+        return pack_gptq_int32(codes.to(torch.int32), 4, dim=0)
+    rows = codes.view(-1, 8, codes.shape[1]) if codes.is_contiguous() else codes.reshape(-1, 8, codes.shape[1])
+    words = torch.zeros(rows.shape[0], rows.shape[2], dtype=torch.int32, device=codes.device)
+    for i in range(8):  # word r, nibble i: row 8r + i
+        words |= rows[:, i].to(torch.int32) << (4 * i)
+    return words
 
 
 def columns_in_place(w: W4A16Weight, columns: "slice | torch.Tensor") -> bool:
@@ -530,7 +552,7 @@ def select_columns(w: W4A16Weight, columns: "slice | torch.Tensor") -> W4A16Weig
         columns = torch.arange(start, stop, device=w.qweight.device)
     index = columns.to(device=w.qweight.device, dtype=torch.long)
     return W4A16Weight(
-        qweight=tile_pack(w.codes()[:, index]),
+        qweight=tile_pack(w.codes(torch.uint8)[:, index]),
         scales=w.scales[:, index].contiguous(),
         zeros=w.zeros[:, index].contiguous() if w.zeros is not None else None,
         perm=w.perm, in_features=w.in_features, out_features=int(index.numel()), group_size=w.group_size,

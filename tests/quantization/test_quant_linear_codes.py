@@ -261,11 +261,15 @@ def test_repacking_words_in_order_is_the_nibble_transpose_of_the_unpacked_codes(
     """Without act-order, `prepare_gptq_weight` repacks the standard words directly (`tile_pack_gptq_words`); the
     words equal `tile_pack` of the unpacked codes, padding included, for every nibble value and the sign bit, and
     `gptq_qweight` gives them back by the inverse transpose (`untile_gptq_words`)."""
-    from optimum_amdx.kernels.w4a16 import tile_pack, tile_pack_gptq_words, unpack_gptq_int32
+    from optimum_amdx.kernels.w4a16 import tile_pack, tile_pack_gptq_words, unpack_codes_u8, unpack_gptq_int32
 
     words = _layer(k, n, k, False, seed=k + n).qweight
-    assert torch.equal(tile_pack_gptq_words(words), tile_pack(unpack_gptq_int32(words, 4, dim=0)))
+    codes = unpack_gptq_int32(words, 4, dim=0)
+    assert torch.equal(tile_pack_gptq_words(words), tile_pack(codes))
+    assert torch.equal(unpack_codes_u8(words), codes.to(torch.uint8))  # act-order's one byte a code
+    assert torch.equal(tile_pack(codes.to(torch.uint8)), tile_pack(codes))
     w = prepare_gptq_weight(words, torch.zeros(1, n // 8, dtype=torch.int32), torch.ones(1, n).half(), None, 4, -1)
     assert w.perm is None and torch.equal(gptq_qweight(w), words)  # and back, by the inverse transpose
+    assert torch.equal(w.codes(torch.uint8), w.codes().to(torch.uint8)) and torch.equal(w.codes(), codes)
     if n > TILE_N:
         assert torch.equal(gptq_qweight(w, slice(TILE_N, n)), words[:, TILE_N:])
