@@ -58,3 +58,24 @@ def test_repacking_on_the_gpu_replaces_the_codes_instead_of_adding_a_copy():
     torch.cuda.synchronize()
     grown = torch.cuda.memory_allocated() - before
     assert abs(grown) < 0.05 * count * k * n // 2, grown  # one copy would be k * n / 2 bytes a layer
+
+
+def test_a_checkpoint_loaded_onto_the_gpu_is_repacked_at_load(tmp_path):
+    """`build_gptq_model` repacks every 4-bit linear on a GPU load (round 35): each holds only its repacked codes, the
+    first forward repacks nothing, and the logits are the CPU load's."""
+    from optimum_amdx.quantization import load_gptq_model
+
+    model = make_llama(seed=9)
+    quantizer = GPTQQuantizer(GPTQConfig(bits=4, group_size=32), method="rtn", device="cpu", verbose=False)
+    quantizer.quantize(model)
+    out = quantizer.save_pretrained(model, tmp_path / "q")
+    gpu = load_gptq_model(out, "cuda", torch.float16)
+    layers = [m for m in gpu.modules() if isinstance(m, QuantLinear)]
+    assert len(layers) == 14 and all(m._buffers["qweight"] is None and m._prepared is not None for m in layers)
+    prepared = [m._prepared for m in layers]
+    ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(9))
+    logits = gpu(ids.cuda()).logits.float().cpu()
+    assert all(m._prepared is w for m, w in zip(layers, prepared))  # the forward repacked nothing
+    cpu = load_gptq_model(out, "cpu", torch.float32)
+    expected = cpu(ids).logits
+    torch.testing.assert_close(logits, expected, rtol=0, atol=0.05 * float(expected.abs().max()))
