@@ -47,7 +47,7 @@ of copy bandwidth (3.02 TB/s over 132 SMs at 1.755 GHz), so the loop must keep t
 pace. Two tiles a step at 2 stages (the same two tiles in flight; 24 KiB of shared memory a program, so six still fit
 an SM) take it to 158.5 a tile with half the barriers (Triton 3.7.1 and the ptxas of its build, 80 registers, no
 spill; 8 B on the stack with Triton 3.9.0; RESULTS.md round34). At 3 stages it needs 40 KiB: five programs an SM. On
-a GPU: `gpu_pending.sh unroll`.
+a GPU: `gpu_pending.sh unroll`. AMD builds are the same with it or without (Triton 3.6-3.9, RESULTS.md round35).
 
 The portable form (AMD, and the interpreter in CI): plain word loads and the same fp16 arithmetic written in
 Triton's own int16 and fp16 operations (`_plane_lo`, `_plane_hi`), which both compilers pack two to a register;

@@ -257,9 +257,7 @@ class W4A16Weight:
 
         nb, kt = self.n_blocks, self.k_tiles
         words = self.qweight.view(nb, kt, TILE_N, 16).permute(1, 3, 0, 2)  # [kt, r, nb, n]
-        q = torch.empty(kt, 8, 16, nb, TILE_N, dtype=dtype or torch.int32, device=words.device)
-        for j in range(8):  # row kt*128 + j*16 + r
-            q[:, j] = ((words >> (4 * j)) & 0xF).to(q.dtype)
+        q = _split_nibbles(words, 1, dtype)  # [kt, j, r, nb, n]: row kt*128 + j*16 + r
         return q.view(kt * TILE_K, nb * TILE_N)[: self.in_features, : self.out_features]
 
     def dequantize(self) -> "torch.Tensor":
@@ -319,11 +317,35 @@ def tile_pack(q: "torch.Tensor") -> "torch.Tensor":
     kt, nb = -(-k // TILE_K), -(-n // TILE_N)
     padded = torch.zeros(kt * TILE_K, nb * TILE_N, dtype=q.dtype, device=q.device)
     padded[:k, :n] = q
-    planes = padded.reshape(kt, 8, 16, nb, TILE_N)  # [kt, j, r, nb, n]: row kt*128 + j*16 + r
-    words = torch.zeros(kt, 16, nb, TILE_N, dtype=torch.int32, device=q.device)
-    for j in range(8):
-        words |= planes[:, j].to(torch.int32) << (4 * j)
+    words = _join_nibbles(padded.view(kt, 8, 16, nb, TILE_N), 1)  # [kt, j, r, nb, n]: row kt*128 + j*16 + r
     return words.permute(2, 0, 3, 1).contiguous().reshape(nb * kt * TILE_N, 16)
+
+
+def _split_nibbles(words: "torch.Tensor", dim: int, dtype: Optional["torch.dtype"] = None) -> "torch.Tensor":
+    """int32 `words` with a new axis of 8 at `dim`: entry i is nibble i (bits 4i .. 4i+3) of each word, in `dtype`
+    (int32 by default). The 4-bit form of `unpack_gptq_int32`, at one `dtype` element a code and temporaries of half
+    a byte a code, where the general form takes 8 bytes or more."""
+    import torch
+
+    shape = list(words.shape)
+    shape.insert(dim, 8)
+    out = torch.empty(shape, dtype=dtype or torch.int32, device=words.device)
+    for i in range(8):
+        out.select(dim, i).copy_((words >> (4 * i)) & 0xF)
+    return out
+
+
+def _join_nibbles(codes: "torch.Tensor", dim: int) -> "torch.Tensor":
+    """int32 words from the axis of 8 4-bit codes at `dim` (entry i into bits 4i .. 4i+3): the inverse of
+    `_split_nibbles`, the 4-bit form of `pack_gptq_int32`."""
+    import torch
+
+    shape = list(codes.shape)
+    del shape[dim]
+    words = torch.zeros(shape, dtype=torch.int32, device=codes.device)
+    for i in range(8):
+        words |= codes.select(dim, i).to(torch.int32) << (4 * i)
+    return words
 
 
 def unpack_codes_u8(qweight: "torch.Tensor") -> "torch.Tensor":
@@ -333,10 +355,7 @@ def unpack_codes_u8(qweight: "torch.Tensor") -> "torch.Tensor":
     import torch
 
     rows, n = qweight.shape
-    codes = torch.empty(rows, 8, n, dtype=torch.uint8, device=qweight.device)  # word r, nibble i: row 8r + i
-    for i in range(8):
-        codes[:, i] = ((qweight >> (4 * i)) & 0xF).to(torch.uint8)
-    return codes.view(rows * 8, n)
+    return _split_nibbles(qweight, 1, torch.uint8).view(rows * 8, n)  # word r, nibble i: row 8r + i
 
 
 def _transpose_nibbles(words: "torch.Tensor", dim: int) -> "torch.Tensor":
@@ -511,11 +530,7 @@ def gptq_qweight(w: W4A16Weight, columns: "slice | torch.Tensor | None" = None) 
         codes = original
     if codes.shape[0] % 8:
         return pack_gptq_int32(codes.to(torch.int32), 4, dim=0)
-    rows = codes.view(-1, 8, codes.shape[1]) if codes.is_contiguous() else codes.reshape(-1, 8, codes.shape[1])
-    words = torch.zeros(rows.shape[0], rows.shape[2], dtype=torch.int32, device=codes.device)
-    for i in range(8):  # word r, nibble i: row 8r + i
-        words |= rows[:, i].to(torch.int32) << (4 * i)
-    return words
+    return _join_nibbles(codes.reshape(-1, 8, codes.shape[1]), 1)  # word r, nibble i: row 8r + i
 
 
 def columns_in_place(w: W4A16Weight, columns: "slice | torch.Tensor") -> bool:
